@@ -1,0 +1,36 @@
+"""The ``shoal`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from shoal import __version__
+from shoal.cli.job_commands import job_app
+
+app = typer.Typer(
+    name="shoal",
+    help="shoal: a training-cluster manager for ML and RL teams.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(job_app, name="job")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"shoal {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """shoal: queue, gang-schedule and run multi-role training jobs."""
+
+
+def main() -> None:
+    app()

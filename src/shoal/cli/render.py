@@ -1,0 +1,105 @@
+"""How the CLI shows jobs, problems and plans to a person (tables via rich)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from shoal.planning import DryRun
+from shoal.spec.errors import SpecProblem
+from shoal.spec.loader import ParsedJobs
+from shoal.spec.model import JobSpec
+from shoal.spec.units import format_cpu, format_memory
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_problems(source: str, problems: Sequence[SpecProblem]) -> None:
+    count = len(problems)
+    err_console.print(f"[bold red]error[/]: {source}: {count} problem{'s' if count > 1 else ''}")
+    for problem in problems:
+        err_console.print(f"  {problem.render()}", markup=False)
+
+
+def print_warnings(warnings: Sequence[SpecProblem]) -> None:
+    for warning in warnings:
+        err_console.print(f"[yellow]warning[/]: {warning.render()}")
+
+
+def _policy(value: int | None, none_text: str) -> str:
+    return none_text if value is None else str(value)
+
+
+def print_jobs(source: str, parsed: ParsedJobs) -> None:
+    for job in parsed.jobs:
+        console.print(
+            f"[green]valid[/]: {source}: {parsed.format.value} job [bold]{job.name}[/] "
+            f"({len(job.roles)} role{'s' if len(job.roles) > 1 else ''}, "
+            f"{job.total_instances} task{'s' if job.total_instances > 1 else ''})"
+        )
+        _print_job(job)
+
+
+def _print_job(job: JobSpec) -> None:
+    details = [
+        f"vc={job.virtual_cluster or 'default'}",
+        f"priority={job.priority_class.value}",
+        f"gang={'yes' if job.gang else 'no'}",
+        f"job retries={job.job_retry_count}",
+    ]
+    if job.max_runtime_s:
+        details.append(f"max runtime={job.max_runtime_s}s")
+    if job.secrets:
+        details.append(f"secrets={len(job.secrets)} (masked)")
+    console.print("  " + ", ".join(details))
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("role", "instances", "cpu", "memory", "gpu", "ports", "completion", "retries"):
+        table.add_column(column)
+    for role in job.roles:
+        res = role.resources
+        gpu = f"{res.gpu}" + (f" ({res.gpu_type})" if res.gpu_type else "")
+        ports = ", ".join(f"{k}×{v}" for k, v in res.ports.items()) or "-"
+        completion = (
+            f"fail≥{_policy(role.completion.min_failed, 'never')}, "
+            f"succeed≥{_policy(role.completion.min_succeeded, 'all done')}"
+        )
+        table.add_row(
+            role.name,
+            str(role.instances),
+            format_cpu(res.cpu_millis),
+            format_memory(res.memory_mib),
+            gpu,
+            ports,
+            completion,
+            str(role.task_retry_count),
+        )
+    console.print(table)
+    for role in job.roles:
+        console.print(f"  [bold]{role.name}[/] command:", highlight=False)
+        for line in role.command.splitlines():
+            console.print(f"    {line}", markup=False)
+
+
+def print_dry_run(job: JobSpec, result: DryRun, task: tuple[str, int] | None) -> None:
+    if result.admission is None:
+        reason = result.plan.reason_for("dry-run")
+        text = f"{reason.code}: {reason.message}" if reason else "not placed"
+        err_console.print(f"[bold red]{job.name}[/] would not start: {text}")
+        return
+    console.print(f"[green]{job.name}[/]: all {len(result.admission.placements)} tasks placed")
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("task", "node", "address", "gpus", "ports"):
+        table.add_column(column)
+    for p in result.admission.placements:
+        ports = " ".join(f"{label}={','.join(map(str, ps))}" for label, ps in p.ports)
+        gpus = ",".join(map(str, p.gpu_indices)) or "-"
+        table.add_row(f"{p.role}/{p.index}", p.node, p.address, gpus, ports)
+    console.print(table)
+    if task is not None and result.environment is not None:
+        console.print(f"environment of {task[0]}/{task[1]}:")
+        env = result.environment.for_task(*task)
+        for key in sorted(env):
+            console.print(f"  {key}={env[key]}", markup=False)

@@ -1,0 +1,81 @@
+"""Explain why a job's gang did not fit: a reason code and a sentence naming the scarce resource."""
+
+from __future__ import annotations
+
+from shoal.core.placement import NodePool, PlacementFailure
+from shoal.core.plan import PendingReason, ReasonCode
+from shoal.core.snapshot import JobRequest, RoleRequest
+
+
+def explain(pool: NodePool, job: JobRequest, failure: PlacementFailure) -> PendingReason:
+    """Why ``failure`` happened, judged on the pool as it is now (the job's own tries undone)."""
+    role = failure.role
+    task = f"{role.name}[{failure.index}]"
+    if not pool.active:
+        return PendingReason(ReasonCode.NO_SCHEDULABLE_NODES, "no schedulable node is registered")
+    single = _single_task_reason(pool, role, task)
+    if single is not None:
+        return single
+    need = job.total
+    return PendingReason(
+        ReasonCode.GANG_DOES_NOT_FIT,
+        f"all {job.task_count} tasks must start together and only {failure.placed} fit at once "
+        f"(the job needs {need.describe()} in all; {task} found no room after the others)",
+    )
+
+
+def _single_task_reason(pool: NodePool, role: RoleRequest, task: str) -> PendingReason | None:
+    """The reason even one instance of ``role`` does not fit, or None if one would."""
+    need = role.per_instance
+    candidates = pool.active
+    if need.gpu and role.gpu_type is not None:
+        candidates = [i for i in candidates if pool.nodes[i].gpu_type == role.gpu_type]
+        if not candidates:
+            return PendingReason(
+                ReasonCode.GPU_TYPE_UNAVAILABLE,
+                f"{task} needs GPU type {role.gpu_type!r}; no schedulable node has it",
+            )
+    if need.gpu:
+        best = max(candidates, key=lambda i: (len(pool.free_gpus[i]), -i))
+        largest = len(pool.free_gpus[best])
+        if largest < need.gpu:
+            where = f"{largest} on {pool.nodes[best].name}" if largest else "0 (no GPU is free)"
+            return PendingReason(
+                ReasonCode.INSUFFICIENT_GPU,
+                f"{task} needs {need.gpu} GPUs on one node; the largest free block is {where}",
+            )
+        candidates = [i for i in candidates if len(pool.free_gpus[i]) >= need.gpu]
+    with_gpus = f" on a node with {need.gpu} free GPUs" if need.gpu else ""
+    best = max(candidates, key=lambda i: (pool.free_cpu[i], -i))
+    if pool.free_cpu[best] < need.cpu_millis:
+        return PendingReason(
+            ReasonCode.INSUFFICIENT_CPU,
+            f"{task} needs {need.cpu_millis / 1000:g} cpu{with_gpus}; the most free is "
+            f"{max(pool.free_cpu[best], 0) / 1000:g} on {pool.nodes[best].name}",
+        )
+    candidates = [i for i in candidates if pool.free_cpu[i] >= need.cpu_millis]
+    best = max(candidates, key=lambda i: (pool.free_memory[i], -i))
+    if pool.free_memory[best] < need.memory_mib:
+        return PendingReason(
+            ReasonCode.INSUFFICIENT_MEMORY,
+            f"{task} needs {need.memory_mib} MiB of memory{with_gpus} and enough cpu; the most "
+            f"free is {max(pool.free_memory[best], 0)} MiB on {pool.nodes[best].name}",
+        )
+    candidates = [i for i in candidates if pool.free_memory[i] >= need.memory_mib]
+    ports = sum(count for _, count in role.ports)
+    best = max(candidates, key=lambda i: (pool.free_ports(i), -i))
+    if pool.free_ports(best) < ports:
+        return PendingReason(
+            ReasonCode.INSUFFICIENT_PORTS,
+            f"{task} needs {ports} ports; the most free on a fitting node is "
+            f"{pool.free_ports(best)} on {pool.nodes[best].name}",
+        )
+    return None
+
+
+def never_fits(reason: PendingReason) -> PendingReason:
+    """Turn a reason found on the empty cluster into a "this can never run here" verdict."""
+    return PendingReason(
+        ReasonCode.NEVER_FITS,
+        f"can never run on this cluster, even with every node idle: {reason.message}",
+    )

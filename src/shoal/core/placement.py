@@ -1,0 +1,204 @@
+"""Gang placement over a mutable, per-cycle pool of free node resources.
+
+The pool is built from a snapshot, changed only through ``place_job`` (which places every task of a
+job or, on the first task that does not fit, undoes its own changes), and thrown away after the
+cycle. Placement is best fit on GPUs: a task goes to the node with the fewest free GPUs that still
+fit it, so whole 8-GPU nodes stay whole for 8-GPU tasks; CPU-only tasks go to nodes with no free
+GPUs first. Ties break by node name, which makes every decision deterministic.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from shoal.core.plan import TaskPlacement
+from shoal.core.resources import ResourceVector
+from shoal.core.snapshot import JobRequest, NodeState, RoleRequest, TaskAllocation
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementFailure:
+    """The first task of a job that did not fit, and how many of the job's tasks did fit."""
+
+    role: RoleRequest
+    index: int
+    placed: int
+
+
+@dataclass(slots=True)
+class _Undo:
+    node: int
+    cpu: int
+    memory: int
+    gpus: list[int]
+    ports: list[int]
+    cursor: int
+
+
+class NodePool:
+    """Free cpu, memory, GPU indices and ports of every node, indexed by node position."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeState],
+        allocations: Iterable[TaskAllocation] = (),
+        *,
+        include_unschedulable: bool = False,
+    ) -> None:
+        self.nodes = sorted(nodes, key=lambda n: n.name)
+        index = {node.name: i for i, node in enumerate(self.nodes)}
+        self.free_cpu = [n.capacity.cpu_millis for n in self.nodes]
+        self.free_memory = [n.capacity.memory_mib for n in self.nodes]
+        self.free_gpus = [sorted(n.gpu_indices) for n in self.nodes]
+        self.used_ports = [set(n.reserved_ports) for n in self.nodes]
+        self.cursor = [n.port_range[0] for n in self.nodes]
+        for alloc in allocations:
+            self._hold(index, alloc)
+        self.is_active = [n.schedulable or include_unschedulable for n in self.nodes]
+        self.active = [i for i, on in enumerate(self.is_active) if on]
+        self.max_gpus = max((len(n.gpu_indices) for n in self.nodes), default=0)
+        self.buckets: list[list[int]] = [[] for _ in range(self.max_gpus + 1)]
+        for i in self.active:
+            self.buckets[len(self.free_gpus[i])].append(i)
+        self._journal: list[_Undo] = []
+
+    def _hold(self, index: dict[str, int], alloc: TaskAllocation) -> None:
+        i = index.get(alloc.node)
+        if i is None:
+            return  # a task on a node that has left holds nothing the scheduler can give away
+        self.free_cpu[i] -= alloc.resources.cpu_millis
+        self.free_memory[i] -= alloc.resources.memory_mib
+        taken = set(alloc.gpu_indices)
+        self.free_gpus[i] = [g for g in self.free_gpus[i] if g not in taken]
+        self.used_ports[i].update(alloc.ports)
+
+    def free_ports(self, i: int) -> int:
+        low, high = self.nodes[i].port_range
+        used_in_range = sum(1 for p in self.used_ports[i] if low <= p < high)
+        return (high - low) - used_in_range
+
+    def fits(self, i: int, role: RoleRequest, port_count: int) -> bool:
+        need = role.per_instance
+        if need.gpu and role.gpu_type is not None and self.nodes[i].gpu_type != role.gpu_type:
+            return False
+        return (
+            self.free_cpu[i] >= need.cpu_millis
+            and self.free_memory[i] >= need.memory_mib
+            and len(self.free_gpus[i]) >= need.gpu
+            and (port_count == 0 or self.free_ports(i) >= port_count)
+        )
+
+    def find_node(self, role: RoleRequest) -> int | None:
+        port_count = sum(count for _, count in role.ports)
+        for free in range(role.per_instance.gpu, self.max_gpus + 1):
+            for i in self.buckets[free]:
+                if self.fits(i, role, port_count):
+                    return i
+        return None
+
+    def place_job(
+        self, job: JobRequest, *, commit: bool = True
+    ) -> list[TaskPlacement] | PlacementFailure:
+        """Place every task of ``job`` or none (``commit=False``: only try, change nothing)."""
+        mark = len(self._journal)
+        placed: list[TaskPlacement] = []
+        for role in _largest_first(job.roles):
+            for index in range(role.instances):
+                node = self.find_node(role)
+                if node is None:
+                    self._undo_to(mark)
+                    return PlacementFailure(role, index, len(placed))
+                placed.append(self._take(node, role, index))
+        if commit:
+            del self._journal[mark:]
+        else:
+            self._undo_to(mark)
+        order = {role.name: position for position, role in enumerate(job.roles)}
+        placed.sort(key=lambda p: (order[p.role], p.index))
+        return placed
+
+    def _take(self, i: int, role: RoleRequest, index: int) -> TaskPlacement:
+        need = role.per_instance
+        gpus = choose_gpus(self.free_gpus[i], need.gpu)
+        undo = _Undo(i, need.cpu_millis, need.memory_mib, gpus, [], self.cursor[i])
+        self.free_cpu[i] -= need.cpu_millis
+        self.free_memory[i] -= need.memory_mib
+        if gpus:
+            before = len(self.free_gpus[i])
+            taken = set(gpus)
+            self.free_gpus[i] = [g for g in self.free_gpus[i] if g not in taken]
+            self._rebucket(i, before)
+        ports: list[tuple[str, tuple[int, ...]]] = []
+        for label, count in role.ports:
+            got = self._take_ports(i, count)
+            undo.ports.extend(got)
+            ports.append((label, tuple(got)))
+        self._journal.append(undo)
+        node = self.nodes[i]
+        return TaskPlacement(
+            role.name, index, node.name, node.address, need, tuple(gpus), tuple(ports)
+        )
+
+    def _take_ports(self, i: int, count: int) -> list[int]:
+        low, high = self.nodes[i].port_range
+        used = self.used_ports[i]
+        port = self.cursor[i]
+        got: list[int] = []
+        for _ in range(high - low):
+            if len(got) == count:
+                break
+            if port not in used:
+                used.add(port)
+                got.append(port)
+            port = port + 1 if port + 1 < high else low
+        self.cursor[i] = port
+        return got
+
+    def _undo_to(self, mark: int) -> None:
+        while len(self._journal) > mark:
+            undo = self._journal.pop()
+            i = undo.node
+            self.free_cpu[i] += undo.cpu
+            self.free_memory[i] += undo.memory
+            if undo.gpus:
+                before = len(self.free_gpus[i])
+                self.free_gpus[i] = sorted(self.free_gpus[i] + undo.gpus)
+                self._rebucket(i, before)
+            self.used_ports[i].difference_update(undo.ports)
+            self.cursor[i] = undo.cursor
+
+    def _rebucket(self, i: int, before: int) -> None:
+        after = len(self.free_gpus[i])
+        if after == before or not self.is_active[i]:
+            return
+        old = self.buckets[before]
+        del old[bisect.bisect_left(old, i)]
+        bisect.insort(self.buckets[after], i)
+
+
+def _largest_first(roles: Sequence[RoleRequest]) -> list[RoleRequest]:
+    """Place big tasks first: they have the fewest places to go."""
+
+    def size(role: RoleRequest) -> tuple[int, int, int]:
+        need: ResourceVector = role.per_instance
+        return (-need.gpu, -need.cpu_millis, -need.memory_mib)
+
+    return sorted(roles, key=size)
+
+
+def choose_gpus(free: list[int], count: int) -> list[int]:
+    """Pick ``count`` of the free GPU indices, preferring an aligned block of neighbours.
+
+    A 2-GPU task on a node with GPUs 1, 2, 3 free takes 2 and 3 (an aligned pair, likely on one
+    PCIe switch) rather than 1 and 2, and leaves the buddy structure HiveD relies on intact.
+    """
+    if count == 0:
+        return []
+    if count & (count - 1) == 0:
+        free_set = set(free)
+        for start in free:
+            if start % count == 0 and all(start + k in free_set for k in range(count)):
+                return list(range(start, start + count))
+    return free[:count]

@@ -1,0 +1,87 @@
+"""The scheduler's output: data describing what to do, applied elsewhere with guarded writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shoal.core.resources import ResourceVector
+
+
+class ReasonCode(StrEnum):
+    """Why a job is not running. Shown to users with a message; stable for scripts."""
+
+    INSUFFICIENT_GPU = "InsufficientGPU"
+    INSUFFICIENT_CPU = "InsufficientCPU"
+    INSUFFICIENT_MEMORY = "InsufficientMemory"
+    INSUFFICIENT_PORTS = "InsufficientPorts"
+    GPU_TYPE_UNAVAILABLE = "GPUTypeUnavailable"
+    GANG_DOES_NOT_FIT = "GangDoesNotFit"
+    NO_SCHEDULABLE_NODES = "NoSchedulableNodes"
+    NEVER_FITS = "NeverFits"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    role: str
+    index: int
+    node: str
+    address: str
+    resources: ResourceVector
+    gpu_indices: tuple[int, ...]
+    ports: tuple[tuple[str, tuple[int, ...]], ...]
+
+    def port_list(self, label: str) -> tuple[int, ...]:
+        for name, ports in self.ports:
+            if name == label:
+                return ports
+        return ()
+
+    def all_ports(self) -> tuple[int, ...]:
+        return tuple(p for _, ports in self.ports for p in ports)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Start this job: every task with its node, GPUs and ports (the whole gang, never part)."""
+
+    job_id: str
+    placements: tuple[TaskPlacement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    code: ReasonCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    job_id: str
+    reason: PendingReason
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class InfeasibleJob:
+    job_id: str
+    reason: PendingReason
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+    infeasible: tuple[InfeasibleJob, ...] = ()
+
+    def admitted_ids(self) -> list[str]:
+        return [a.job_id for a in self.admissions]
+
+    def reason_for(self, job_id: str) -> PendingReason | None:
+        for waiting in self.pending:
+            if waiting.job_id == job_id:
+                return waiting.reason
+        for never in self.infeasible:
+            if never.job_id == job_id:
+                return never.reason
+        return None

@@ -1,0 +1,92 @@
+"""What the scheduler sees: nodes with their capacity, what already runs on them, and the queue.
+
+A snapshot is plain immutable data. Free capacity is derived from capacity minus the running
+allocations, so there is one source of truth for what is in use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shoal.core.resources import ResourceVector
+
+DEFAULT_PORT_RANGE = (20000, 30000)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node as registered: capacity, GPU indices, GPU type, the ports shoal may hand out."""
+
+    name: str
+    address: str
+    capacity: ResourceVector
+    gpu_indices: tuple[int, ...] = ()
+    gpu_type: str | None = None
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
+    reserved_ports: frozenset[int] = frozenset()
+    schedulable: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.gpu_indices) != self.capacity.gpu:
+            raise ValueError(
+                f"node {self.name}: {self.capacity.gpu} GPUs but indices {self.gpu_indices}"
+            )
+        if not self.port_range[0] < self.port_range[1]:
+            raise ValueError(f"node {self.name}: empty port range {self.port_range}")
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRequest:
+    """``instances`` copies of one task shape, all of which must be placed together."""
+
+    name: str
+    instances: int
+    per_instance: ResourceVector
+    gpu_type: str | None = None
+    ports: tuple[tuple[str, int], ...] = (("http", 1),)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A queued job as the scheduler sees it: ordered by priority, then submission time, then id."""
+
+    job_id: str
+    roles: tuple[RoleRequest, ...]
+    priority: int = 10
+    submitted_at: float = 0.0
+    virtual_cluster: str = "default"
+
+    @property
+    def task_count(self) -> int:
+        return sum(role.instances for role in self.roles)
+
+    @property
+    def total(self) -> ResourceVector:
+        total = ResourceVector()
+        for role in self.roles:
+            total = total + role.per_instance.scaled(role.instances)
+        return total
+
+    def shape(self) -> tuple[object, ...]:
+        """Jobs with equal shapes fit (or not) in exactly the same places."""
+        return tuple((r.name, r.instances, r.per_instance, r.gpu_type, r.ports) for r in self.roles)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAllocation:
+    """Resources held by one running (or starting, or stopping) task."""
+
+    job_id: str
+    role: str
+    index: int
+    node: str
+    resources: ResourceVector
+    gpu_indices: tuple[int, ...] = ()
+    ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    nodes: tuple[NodeState, ...]
+    queue: tuple[JobRequest, ...] = ()
+    allocations: tuple[TaskAllocation, ...] = field(default_factory=tuple)

@@ -1,0 +1,94 @@
+"""Job and task life cycles: one transition table each, with OpenPAI's state names.
+
+``advance(state, event)`` is the only way to change a state; a move the table does not list raises
+``InvalidTransition``, so a bug shows up as an error instead of a job stuck in a strange state.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.STOPPED})
+
+
+class JobEvent(StrEnum):
+    ADMITTED = "admitted"  # the whole gang was placed and is being started
+    SUCCEEDED = "succeeded"  # the completion policy says the job succeeded
+    FAILED = "failed"  # the completion policy (or the platform) says the job failed
+    STOP_REQUESTED = "stop_requested"
+    STOPPED = "stopped"  # every task of a stopping job has exited
+    RETRIED = "retried"  # a failed attempt is retried: back to the queue
+    PREEMPTED = "preempted"  # resources were reclaimed: back to the queue, submit time kept
+    REJECTED = "rejected"  # can never run (infeasible) and the user asked not to wait
+
+
+class TaskEvent(StrEnum):
+    LAUNCHED = "launched"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOP_REQUESTED = "stop_requested"
+    STOPPED = "stopped"
+    RETRIED = "retried"
+
+
+class InvalidTransition(Exception):
+    def __init__(self, entity: str, state: State, event: str) -> None:
+        super().__init__(f"{entity} cannot go from {state} on event {event!r}")
+        self.state = state
+        self.event = event
+
+
+JOB_TRANSITIONS: dict[tuple[State, JobEvent], State] = {
+    (State.WAITING, JobEvent.ADMITTED): State.RUNNING,
+    (State.WAITING, JobEvent.STOP_REQUESTED): State.STOPPED,
+    (State.WAITING, JobEvent.REJECTED): State.FAILED,
+    (State.RUNNING, JobEvent.SUCCEEDED): State.SUCCEEDED,
+    (State.RUNNING, JobEvent.FAILED): State.FAILED,
+    (State.RUNNING, JobEvent.STOP_REQUESTED): State.STOPPING,
+    (State.RUNNING, JobEvent.RETRIED): State.WAITING,
+    (State.RUNNING, JobEvent.PREEMPTED): State.WAITING,
+    (State.STOPPING, JobEvent.STOPPED): State.STOPPED,
+    (State.STOPPING, JobEvent.STOP_REQUESTED): State.STOPPING,
+}
+
+TASK_TRANSITIONS: dict[tuple[State, TaskEvent], State] = {
+    (State.WAITING, TaskEvent.LAUNCHED): State.RUNNING,
+    (State.WAITING, TaskEvent.STOP_REQUESTED): State.STOPPED,
+    (State.WAITING, TaskEvent.FAILED): State.FAILED,  # could not be launched (platform failure)
+    (State.RUNNING, TaskEvent.SUCCEEDED): State.SUCCEEDED,
+    (State.RUNNING, TaskEvent.FAILED): State.FAILED,
+    (State.RUNNING, TaskEvent.STOP_REQUESTED): State.STOPPING,
+    (State.STOPPING, TaskEvent.STOPPED): State.STOPPED,
+    (State.STOPPING, TaskEvent.SUCCEEDED): State.STOPPED,
+    (State.STOPPING, TaskEvent.FAILED): State.STOPPED,
+    (State.STOPPING, TaskEvent.STOP_REQUESTED): State.STOPPING,
+    (State.FAILED, TaskEvent.RETRIED): State.WAITING,
+}
+
+
+def advance_job(state: State, event: JobEvent) -> State:
+    try:
+        return JOB_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise InvalidTransition("job", state, event) from None
+
+
+def advance_task(state: State, event: TaskEvent) -> State:
+    try:
+        return TASK_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise InvalidTransition("task", state, event) from None

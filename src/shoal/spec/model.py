@@ -1,0 +1,131 @@
+"""The one normalised job description every input format is turned into.
+
+``JobSpec`` is what the server stores, the scheduler sizes and the agent launches. It carries no
+format-specific quirks: those are resolved (with warnings) by the format readers.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+PAI_JOB_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,255}$"
+ROLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+PORT_LABEL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+JOB_NAME_RE = re.compile(JOB_NAME_PATTERN)
+ROLE_NAME_RE = re.compile(ROLE_NAME_PATTERN)
+PORT_LABEL_RE = re.compile(PORT_LABEL_PATTERN)
+ENV_NAME_RE = re.compile(ENV_NAME_PATTERN)
+
+# Upper bounds that catch typos (memoryMB: 50000000) before they reach the scheduler.
+MAX_CPU_MILLIS = 1024 * 1000
+MAX_MEMORY_MIB = 16 * 1024 * 1024
+MAX_GPUS_PER_INSTANCE = 64
+MAX_INSTANCES_PER_ROLE = 10_000
+MAX_TASKS_PER_JOB = 20_000
+MAX_PORTS_PER_LABEL = 64
+MAX_RETRIES = 1_000
+
+
+class SourceFormat(StrEnum):
+    NATIVE = "native"
+    PAI_V2 = "pai"
+    PAI_V1 = "pai-v1"
+    MARO = "maro"
+
+
+class PriorityClass(StrEnum):
+    """OpenPAI/HiveD priority classes, highest first. ``oppo`` runs only on idle capacity."""
+
+    CRIT = "crit"
+    PROD = "prod"
+    TEST = "test"
+    OPPO = "oppo"
+
+    @property
+    def rank(self) -> int:
+        """Numeric priority as HiveD maps it: larger runs first."""
+        return {"crit": 120, "prod": 100, "test": 10, "oppo": -1}[self.value]
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Resources(BaseModel):
+    """Resources one instance of a task role needs."""
+
+    model_config = _FROZEN
+
+    cpu_millis: Annotated[int, Field(ge=1, le=MAX_CPU_MILLIS)] = 1000
+    memory_mib: Annotated[int, Field(ge=1, le=MAX_MEMORY_MIB)] = 1024
+    gpu: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_INSTANCE)] = 0
+    gpu_type: str | None = None
+    ports: dict[str, int] = Field(default_factory=dict)
+    shm_mib: int | None = None
+
+
+class Completion(BaseModel):
+    """When a role decides the job's fate.
+
+    ``min_failed``: this many failed instances fail the job (``None``: task failures never fail it).
+    ``min_succeeded``: this many succeeded instances succeed the job (``None``: the role has no
+    say until every instance has finished).
+    """
+
+    model_config = _FROZEN
+
+    min_failed: int | None = 1
+    min_succeeded: int | None = None
+
+
+class TaskRoleSpec(BaseModel):
+    model_config = _FROZEN
+
+    name: str
+    instances: int = 1
+    resources: Resources = Field(default_factory=Resources)
+    command: str
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    completion: Completion = Field(default_factory=Completion)
+    task_retry_count: int = 0
+
+
+class JobSpec(BaseModel):
+    model_config = _FROZEN
+
+    name: str
+    source_format: SourceFormat = SourceFormat.NATIVE
+    description: str | None = None
+    virtual_cluster: str | None = None
+    priority_class: PriorityClass = PriorityClass.TEST
+    gang: bool = True
+    job_retry_count: int = 0
+    max_runtime_s: int | None = None
+    code_dir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    parameters: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict, repr=False)
+    roles: tuple[TaskRoleSpec, ...]
+
+    @property
+    def total_instances(self) -> int:
+        return sum(role.instances for role in self.roles)
+
+    def role(self, name: str) -> TaskRoleSpec:
+        for role in self.roles:
+            if role.name == name:
+                return role
+        raise KeyError(name)
+
+    def public_dict(self) -> dict[str, object]:
+        """The spec as JSON-ready data with secret values masked."""
+        data = self.model_dump(mode="json")
+        data["secrets"] = dict.fromkeys(self.secrets, "******")
+        return data

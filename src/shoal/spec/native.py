@@ -1,0 +1,197 @@
+"""shoal's own job format (``version: 1``). Reference: ``docs/job-spec.md``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shoal.spec.checks import RolePaths, check_roles
+from shoal.spec.diagnostics import validation_problems
+from shoal.spec.errors import ProblemCollector, SpecError
+from shoal.spec.model import (
+    ENV_NAME_PATTERN,
+    JOB_NAME_PATTERN,
+    MAX_GPUS_PER_INSTANCE,
+    MAX_INSTANCES_PER_ROLE,
+    MAX_PORTS_PER_LABEL,
+    MAX_RETRIES,
+    PORT_LABEL_PATTERN,
+    ROLE_NAME_PATTERN,
+    Completion,
+    JobSpec,
+    PriorityClass,
+    Resources,
+    SourceFormat,
+    TaskRoleSpec,
+)
+from shoal.spec.resources import ResourceReader
+from shoal.spec.templating import NATIVE_TOKEN, render
+
+_STRICT = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
+
+EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
+PortLabel = Annotated[str, Field(pattern=PORT_LABEL_PATTERN)]
+RoleName = Annotated[str, Field(pattern=ROLE_NAME_PATTERN)]
+Scalar = str | int | float | bool
+
+
+class RawResources(BaseModel):
+    model_config = _STRICT
+
+    cpu: int | float | str = 1
+    memory: int | str = "1Gi"
+    gpu: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_INSTANCE)] = 0
+    gpu_type: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    ports: dict[PortLabel, Annotated[int, Field(ge=1, le=MAX_PORTS_PER_LABEL)]] = Field(
+        default_factory=dict
+    )
+    shm: int | str | None = None
+
+
+class RawCompletion(BaseModel):
+    model_config = _STRICT
+
+    min_failed: Annotated[int, Field(ge=-1)] | None = 1
+    min_succeeded: Annotated[int, Field(ge=-1)] | None = None
+
+
+class RawRole(BaseModel):
+    model_config = _STRICT
+
+    instances: Annotated[int, Field(ge=1, le=MAX_INSTANCES_PER_ROLE)] = 1
+    image: Annotated[str, Field(min_length=1)] | None = None
+    resources: RawResources = Field(default_factory=RawResources)
+    command: str | Annotated[list[str], Field(min_length=1)]
+    env: dict[EnvName, Scalar] = Field(default_factory=dict)
+    completion: RawCompletion = Field(default_factory=RawCompletion)
+    retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] = 0
+
+
+class RawNativeJob(BaseModel):
+    model_config = _STRICT
+
+    version: Literal[1]
+    name: Annotated[str, Field(pattern=JOB_NAME_PATTERN)]
+    description: str | None = None
+    vc: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    priority: Literal["crit", "prod", "test", "oppo"] = "test"
+    gang: bool = True
+    retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] = 0
+    max_runtime: int | str | None = None
+    code_dir: Annotated[str, Field(min_length=1)] | None = None
+    env: dict[EnvName, Scalar] = Field(default_factory=dict)
+    params: dict[str, Scalar] = Field(default_factory=dict)
+    secrets: dict[str, Scalar] = Field(default_factory=dict)
+    roles: Annotated[dict[RoleName, RawRole], Field(min_length=1)]
+
+
+PATHS = RolePaths(
+    role="roles.{role}",
+    instances="roles.{role}.instances",
+    command="roles.{role}.command",
+    min_failed="roles.{role}.completion.min_failed",
+    min_succeeded="roles.{role}.completion.min_succeeded",
+    total="roles",
+)
+
+
+def read_native(
+    data: Mapping[str, Any], params: Mapping[str, str], problems: ProblemCollector
+) -> JobSpec:
+    try:
+        raw = RawNativeJob.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(problems.errors + validation_problems(exc, RawNativeJob)) from None
+    parameters = {k: _text(v) for k, v in raw.params.items()} | dict(params)
+    for key in params:
+        if key not in raw.params:
+            problems.warn(f"params.{key}", "set with --param but not declared under params")
+    max_runtime = None
+    if raw.max_runtime is not None:
+        max_runtime = ResourceReader(problems).duration(raw.max_runtime, "max_runtime")
+    roles = [_role(name, role, parameters, problems) for name, role in raw.roles.items()]
+    check_roles(roles, PATHS, problems)
+    problems.raise_if_errors()
+    return JobSpec(
+        name=raw.name,
+        source_format=SourceFormat.NATIVE,
+        description=raw.description,
+        virtual_cluster=raw.vc,
+        priority_class=PriorityClass(raw.priority),
+        gang=raw.gang,
+        job_retry_count=raw.retries,
+        max_runtime_s=max_runtime,
+        code_dir=raw.code_dir,
+        env={k: _text(v) for k, v in raw.env.items()},
+        parameters=parameters,
+        secrets={k: _text(v) for k, v in raw.secrets.items()},
+        roles=tuple(roles),
+    )
+
+
+def _role(
+    name: str, raw: RawRole, parameters: Mapping[str, str], problems: ProblemCollector
+) -> TaskRoleSpec:
+    base = f"roles.{name}"
+    reader = ResourceReader(problems)
+    res = raw.resources
+    resources = Resources(
+        cpu_millis=reader.cpu(res.cpu, f"{base}.resources.cpu"),
+        memory_mib=reader.memory(res.memory, f"{base}.resources.memory"),
+        gpu=res.gpu,
+        gpu_type=res.gpu_type,
+        ports=dict(res.ports),
+        shm_mib=None if res.shm is None else reader.memory(res.shm, f"{base}.resources.shm"),
+    )
+    command = raw.command if isinstance(raw.command, str) else "\n".join(raw.command)
+    rendered = render(command, {"params": parameters}, NATIVE_TOKEN)
+    for ref in rendered.unresolved:
+        problems.error(
+            f"{base}.command",
+            f"{{{{ {ref} }}}} refers to an undefined value",
+            "declare it under params: or pass --param NAME=VALUE",
+        )
+    return TaskRoleSpec(
+        name=name,
+        instances=raw.instances,
+        resources=resources,
+        command=rendered.text,
+        image=raw.image,
+        env={k: _text(v) for k, v in raw.env.items()},
+        completion=Completion(
+            min_failed=_policy(
+                raw.completion.min_failed, f"{base}.completion.min_failed", problems, default=1
+            ),
+            min_succeeded=_policy(
+                raw.completion.min_succeeded,
+                f"{base}.completion.min_succeeded",
+                problems,
+                default=None,
+            )
+            if raw.completion.min_succeeded is not None
+            else raw.instances,
+        ),
+        task_retry_count=raw.retries,
+    )
+
+
+def _policy(
+    value: int | None, path: str, problems: ProblemCollector, default: int | None
+) -> int | None:
+    """-1 and null mean "no threshold"; 0 is rejected rather than silently turned into 1."""
+    if value is None:
+        return default
+    if value == -1:
+        return None
+    if value == 0:
+        problems.error(path, "must be -1 or >= 1, got 0", "use -1 to disable the threshold")
+        return default
+    return value
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

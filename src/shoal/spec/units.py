@@ -1,0 +1,93 @@
+"""Quantities users write: memory (``4Gi``, ``4096m``), cpu (``2``, ``500m``), durations."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_BINARY = {"": 1 << 20, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
+
+MEMORY_HINT = "write MiB as an integer (4096) or a quantity such as 512Mi, 4Gi or 4G"
+CPU_HINT = "write cores as a number (2, 0.5) or millicores as a string ('500m')"
+DURATION_HINT = "write seconds as an integer (3600) or a duration such as 90s, 30m, 2h or 1d12h"
+
+
+def memory_mib(value: object, *, lowercase_m_is_mib: bool = False) -> int:
+    """Memory in MiB (rounded up). Plain numbers are MiB.
+
+    ``lowercase_m_is_mib``: MARO's grass templates write ``4096m``, meaning 4096 MB as docker
+    reads it (MiB); Kubernetes would read ``m`` as milli-bytes, which nobody means.
+    """
+    if isinstance(value, bool):
+        raise ValueError("must be a memory size, got a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"must be a whole number of MiB, got {value}")
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be a memory size, got {type(value).__name__}")
+    match = _MEMORY.match(value)
+    if not match:
+        raise ValueError(f"must be a memory size, got {value!r}")
+    number, unit = float(match.group(1)), match.group(2)
+    if unit == "m" and lowercase_m_is_mib:
+        return math.ceil(number)
+    lowered = unit.lower()
+    if lowered in _BINARY:
+        scale = _BINARY[lowered]
+    elif unit.endswith("B") and lowered[:-1] in ("k", "m", "g", "t"):  # "MB": decimal
+        scale = _DECIMAL[lowered[:-1]]
+    elif lowered in _DECIMAL and unit != "m":
+        scale = _DECIMAL[lowered]
+    else:
+        raise ValueError(f"has an unknown memory unit {unit!r} in {value!r}")
+    return math.ceil(number * scale / (1 << 20))
+
+
+def cpu_millis(value: object) -> int:
+    """CPU in millicores: ``2`` → 2000, ``0.5`` → 500, ``"250m"`` → 250."""
+    if isinstance(value, bool):
+        raise ValueError("must be a cpu amount, got a boolean")
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float):
+        return round(value * 1000)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("m") and text[:-1].isdigit():
+            return int(text[:-1])
+        try:
+            return round(float(text) * 1000)
+        except ValueError:
+            pass
+    raise ValueError(f"must be a cpu amount, got {value!r}")
+
+
+def duration_seconds(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError("must be a duration, got a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match and any(match.groups()):
+            days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+            return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    raise ValueError(f"must be a duration, got {value!r}")
+
+
+def format_memory(mib: int) -> str:
+    if mib % 1024 == 0 and mib >= 1024:
+        return f"{mib // 1024}Gi"
+    return f"{mib}Mi"
+
+
+def format_cpu(millis: int) -> str:
+    if millis % 1000 == 0:
+        return str(millis // 1000)
+    return f"{millis}m"
