@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from shoal.spec.errors import ProblemCollector
 from shoal.spec.model import MAX_TASKS_PER_JOB, TaskRoleSpec
@@ -19,9 +19,21 @@ class RolePaths:
     min_failed: str
     min_succeeded: str
     total: str = ""
+    disable_word: str = "-1"  # how this format writes "no threshold" (OpenPAI v1: null)
 
     def at(self, pattern: str, role: str) -> str:
         return pattern.format(role=role)
+
+
+@dataclass(frozen=True, slots=True)
+class MappedRolePaths(RolePaths):
+    """``RolePaths`` for formats that do not key roles by name: ``{role}`` is filled from
+    ``key_of[role name]`` (a list index for OpenPAI v1, a config section for MARO RL workflows)."""
+
+    key_of: Mapping[str, object] = field(default_factory=dict)
+
+    def at(self, pattern: str, role: str) -> str:
+        return pattern.format(role=self.key_of[role])
 
 
 def check_roles(
@@ -61,12 +73,14 @@ def _check_completion(role: TaskRoleSpec, paths: RolePaths, problems: ProblemCol
             paths.at(paths.min_succeeded, role.name),
             f"is {policy.min_succeeded} but the role has only {role.instances} instance(s), so "
             "the job could never succeed",
-            f"use a value from 1 to {role.instances}, or -1 to wait for all instances",
+            f"use a value from 1 to {role.instances}, or {paths.disable_word} to wait for all "
+            "instances",
         )
     if policy.min_failed is not None and policy.min_failed > role.instances:
         problems.error(
             paths.at(paths.min_failed, role.name),
             f"is {policy.min_failed} but the role has only {role.instances} instance(s), so "
             "failures of this role could never fail the job",
-            f"use a value from 1 to {role.instances}, or -1 if failures should never fail the job",
+            f"use a value from 1 to {role.instances}, or {paths.disable_word} if failures should "
+            "never fail the job",
         )

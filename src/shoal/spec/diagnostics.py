@@ -7,14 +7,15 @@ pydantic does the type and range checking; this module only words its findings i
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from types import UnionType
-from typing import Any, Union, get_origin
+from typing import Any, TypeVar, Union, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from shoal.spec.errors import SpecProblem, join_path
+from shoal.spec.errors import ProblemCollector, SpecProblem, join_path
 from shoal.spec.model import (
     ENV_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -75,14 +76,60 @@ def describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validate_collecting(
+    model: type[Model], data: Any, problems: ProblemCollector, prefix: str = ""
+) -> Model | None:
+    """Validate, recording problems instead of raising, so every part of a file gets checked."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems.errors.extend(validation_problems(exc, model, prefix))
+        return None
+
+
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\]|constrained-\w+)$")
+_MEMBER_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false"}
+
+
 def validation_problems(
     exc: ValidationError, model: type[BaseModel], prefix: str = ""
 ) -> list[SpecProblem]:
-    problems = [_problem(err, model, prefix) for err in exc.errors(include_url=False)]
+    members: dict[tuple[int | str, ...], list[ErrorDetails]] = {}
+    plain: list[ErrorDetails] = []
+    for err in exc.errors(include_url=False):
+        loc = err["loc"]
+        is_type_error = err["type"] in _TYPE_WORDS
+        if len(loc) > 1 and is_type_error and isinstance(loc[-1], str):
+            if _UNION_MEMBER.match(loc[-1]):
+                members.setdefault(tuple(loc[:-1]), []).append(err)
+                continue
+        plain.append(err)
+    problems = [_problem(err, model, prefix) for err in plain]
+    for loc, errs in members.items():
+        if len(errs) == 1:
+            problems.append(_problem({**errs[0], "loc": loc}, model, prefix))
+            continue
+        kinds = [_member_word(str(e["loc"][-1])) for e in errs]
+        accepted = " or ".join(dict.fromkeys(kinds))
+        value = describe(errs[0].get("input"))
+        problems.append(SpecProblem(_path(loc, prefix), f"must be {accepted}, got {value}"))
     unique: dict[tuple[str, str], SpecProblem] = {}
     for problem in problems:
         unique.setdefault((problem.path, problem.message), problem)
     return list(unique.values())
+
+
+def _member_word(tag: str) -> str:
+    if tag in _MEMBER_WORDS:
+        return _MEMBER_WORDS[tag]
+    if tag.startswith("list["):
+        return "a list"
+    if tag.startswith("dict["):
+        return "a mapping"
+    return _MEMBER_WORDS.get(tag.removeprefix("constrained-"), tag)
 
 
 def _path(loc: Sequence[int | str], prefix: str) -> str:

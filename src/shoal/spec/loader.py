@@ -96,10 +96,10 @@ def detect_format(data: Mapping[str, Any]) -> SourceFormat:
         return SourceFormat.PAI_V2
     if "jobName" in data:
         return SourceFormat.PAI_V1
-    if "components" in data or (isinstance(data.get("mode"), str) and "name" in data):
-        if "components" not in data:
-            raise SpecError([SpecProblem("mode", "is a MARO cluster setting", MARO_NON_JOB_HINT)])
+    if "components" in data:
         return SourceFormat.MARO
+    if isinstance(data.get("mode"), str) and ("/" in data["mode"] or "name" in data):
+        raise SpecError([SpecProblem("mode", "is a MARO cluster setting", MARO_NON_JOB_HINT)])
     if "redis_info" in data or "parallel_level" in data:
         raise SpecError([SpecProblem("", "this is a MARO process setting", MARO_NON_JOB_HINT)])
     if {"scenario_path", "main"} <= data.keys():

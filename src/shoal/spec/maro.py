@@ -1,46 +1,40 @@
-"""MARO job files: component jobs/schedules (``mode:`` + ``components:``) and v0.3 RL workflows.
+"""MARO job files: component jobs and schedules (``mode:`` + ``components:``), v0.3 RL workflows.
 
-Component jobs (MARO CLI v0.2, ``maro process|grass|k8s job start`` / ``schedule start``): each
-``components.<type>`` becomes a role of ``num`` instances. A schedule's ``job_names`` yields one job
-per name, all sharing the components. Per mode:
+Component jobs (``maro process|grass|k8s job|schedule start``): each ``components.<type>`` is a
+role of ``num`` instances; a schedule's ``job_names`` gives one job per name, sharing them.
 
-- ``process``: ``{num, command}``; MARO declares no resources, so each instance gets shoal's default
-  of 1 cpu and 1 GiB (warned once).
-- ``grass/azure|grass/on-premises|grass/local``: ``{image, resources: {cpu, memory: "4096m", gpu},
-  num, mount, command: str}``; ``4096m`` is MB as docker reads it, i.e. MiB. ``allocation`` and
-  ``tags`` are accepted and warned (shoal always packs; it has no tags).
-- ``k8s/aks``: as grass, but ``memory: "4096M"`` is a Kubernetes quantity (decimal megabytes,
-  rounded up to MiB) and ``command`` is an argv list, joined with ``shlex.join``.
+- ``process``: ``{num, command}``, no resources: shoal's 1 cpu / 1 GiB default is assumed (warned).
+- ``grass/*``: ``{image, resources: {cpu, memory, gpu}, num, mount, command: str}``; ``4096m`` is MB
+  as docker reads it (MiB). ``allocation`` and ``tags`` are warned: shoal always packs.
+- ``k8s/aks``: as grass, but ``4096M`` is a Kubernetes quantity (decimal MB, rounded up to MiB) and
+  ``command`` is an argv list, joined with ``shlex.join``. ``mount`` is warned everywhere: shoal has
+  no shared data directory yet.
 
-``mount`` is warned as not acted on: shoal has no shared data directory yet.
+RL workflow configs (``job``, ``scenario_path``, ``log_path``, ``main``, ``rollout``, ``training``)
+become the processes, and environment variables, of MARO's ``ConfigParser.get_job_spec``
+(``maro/rl/workflows/config/parser.py``): ``main`` x1; ``rollout_worker`` x max(``sampling``,
+``eval``) when over 1 (as MARO starts them); ``train_proxy`` x1 and ``train_worker`` x
+``num_workers`` in ``parallel`` training. ``main`` succeeding succeeds the job. Differences:
 
-RL workflow configs (MARO v0.3, ``maro local run`` / ``maro aks job add``; keys ``job``,
-``scenario_path``, ``log_path``, ``main``, ``rollout``, ``training``) become the processes that
-MARO's own ``ConfigParser.get_job_spec`` (``maro/rl/workflows/config/parser.py``) starts, with the
-same environment variables: ``main`` x1; ``rollout_worker`` x max(``sampling``, ``eval``) when that
-is over 1 (MARO starts that many, so evaluation-only workers are not left missing); ``train_proxy``
-x1 and ``train_worker`` x ``num_workers`` when ``training.mode`` is ``parallel``. Differences:
-
-- worker ``ID`` comes from ``$SHOAL_TASK_INDEX`` and the controller/proxy host from shoal's peer
-  list (``$SHOAL_MAIN_HOSTS``, ``$SHOAL_TRAIN_PROXY_HOSTS``), because roles may run on different
-  nodes; the configured ``host`` values are not used (warned). Ports are used as configured.
-- ``MIN_ENV_SAMPLES``/``GRACE_FACTOR`` are read from ``rollout.parallelism`` (MARO looked them up
-  one level too high, so never passed them) and ``LOAD_PATH``/``LOAD_EPISODE`` go to ``main``
-  (MARO's parser raised ``KeyError`` on them).
-- ``main`` succeeding succeeds the job; any failing instance fails it. Other keys of the config are
-  passed over without error, as MARO's parser does.
+- worker ``ID`` is ``$SHOAL_TASK_INDEX``; the controller/proxy host comes from shoal's peer list
+  (``$SHOAL_MAIN_HOSTS``, ``$SHOAL_TRAIN_PROXY_HOSTS``) as roles may run on different nodes, so the
+  configured ``host`` values are not used (warned). Ports are used as configured.
+- ``MIN_ENV_SAMPLES``/``GRACE_FACTOR`` are read from ``rollout.parallelism`` (MARO looked one level
+  too high) and ``LOAD_PATH``/``LOAD_EPISODE`` reach ``main`` (MARO's parser raised ``KeyError``).
+- Keys shoal does not read pass through without error, as with MARO's parser.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from shoal.spec.checks import RolePaths, check_roles
-from shoal.spec.diagnostics import describe, validation_problems
+from shoal.spec.checks import MappedRolePaths, RolePaths, check_roles
+from shoal.spec.diagnostics import describe
+from shoal.spec.diagnostics import validate_collecting as _validate
 from shoal.spec.errors import ProblemCollector, SpecError
 from shoal.spec.model import (
     JOB_NAME_PATTERN,
@@ -53,7 +47,6 @@ from shoal.spec.model import (
     SourceFormat,
     TaskRoleSpec,
 )
-from shoal.spec.openpai_v1 import MappedRolePaths
 from shoal.spec.resources import ResourceReader
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
@@ -64,6 +57,8 @@ GRASS_MODES = ("grass/azure", "grass/on-premises", "grass/local")
 K8S_MODE = "k8s/aks"
 MARO_MODES = (PROCESS_MODE, *GRASS_MODES, K8S_MODE)
 MARO_PACKAGE_HINT = "install MARO in the task's environment (pip install pymaro) or its image"
+ASSUMED = "declares no resources, so shoal assumes 1 cpu / 1 GiB per instance"
+ASSUMED_HINT = "convert to a shoal job to declare resources per role"
 
 JobName = Annotated[str, Field(pattern=JOB_NAME_PATTERN)]
 RoleName = Annotated[str, Field(pattern=ROLE_NAME_PATTERN)]
@@ -158,25 +153,12 @@ COMPONENT_PATHS = RolePaths(
     total="components",
 )
 
-Model = TypeVar("Model", bound=BaseModel)
-
 
 def read_maro(data: Mapping[str, Any], problems: ProblemCollector) -> list[JobSpec]:
     """Read a MARO job, schedule or RL workflow config; a schedule gives one job per name."""
     if "components" in data or "mode" in data:
         return _read_component_job(data, problems)
     return [_read_rl_workflow(data, problems)]
-
-
-def _validate(
-    model: type[Model], data: Any, problems: ProblemCollector, prefix: str = ""
-) -> Model | None:
-    """Validate, recording problems instead of raising, so every part of a file gets checked."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems.errors.extend(validation_problems(exc, model, prefix))
-        return None
 
 
 # --- component jobs and schedules (MARO v0.2) ---
@@ -200,10 +182,10 @@ def _read_component_job(data: Mapping[str, Any], problems: ProblemCollector) -> 
         component = _validate(component_model, value, problems, path)
         if component is not None:
             roles.append(_component_role(str(name), component, path, problems))
+    check_roles(roles, COMPONENT_PATHS, problems)
     if raw is None:
         raise SpecError(problems.errors)
     _warn_job(raw, problems)
-    check_roles(roles, COMPONENT_PATHS, problems)
     _check_job_names(raw.job_names or [], problems)
     problems.raise_if_errors()
     schedule = f"part of MARO schedule {raw.name!r}" if raw.job_names else None
@@ -246,11 +228,7 @@ def _component_role(
 
 def _warn_job(raw: _RawComponentJob, problems: ProblemCollector) -> None:
     if isinstance(raw, RawProcessJob):
-        problems.warn(
-            "components",
-            "MARO process mode declares no resources, so shoal assumes 1 cpu / 1 GiB per instance",
-            "convert to a shoal job to declare resources per role",
-        )
+        problems.warn("components", f"MARO process mode {ASSUMED}", ASSUMED_HINT)
     if isinstance(raw, RawGrassJob) and raw.allocation is not None:
         problems.warn(
             "allocation",
@@ -358,19 +336,16 @@ def _read_rl_workflow(data: Mapping[str, Any], problems: ProblemCollector) -> Jo
     raw = _validate(RawRlWorkflow, data, problems)
     if raw is None:
         raise SpecError(problems.errors)
-    roles = [_rl_main(raw, problems)]
-    workers = _rollout_workers(raw.rollout.parallelism, problems)
-    if workers > 1:
-        roles.append(_rl_rollout_workers(raw, workers))
-    if raw.training.mode == "parallel":
-        roles.extend(_rl_training_roles(raw, problems))
+    rollout_env, rollout_roles = _rollout(raw, problems)
+    training_env, training_roles = _training(raw, problems)
+    roles = [_rl_main(raw, rollout_env | training_env, problems), *rollout_roles, *training_roles]
     where = {
         "main": "main",
         "rollout_worker": "rollout.parallelism",
         "train_proxy": "training.proxy",
         "train_worker": "training.num_workers",
     }
-    paths = MappedRolePaths("{role}", "{role}", "{role}", "{role}", "{role}", "", where)
+    paths = MappedRolePaths("{role}", "{role}", "{role}", "{role}", "{role}", "", key_of=where)
     check_roles(roles, paths, problems)
     problems.raise_if_errors()
     problems.warn(
@@ -379,12 +354,20 @@ def _read_rl_workflow(data: Mapping[str, Any], problems: ProblemCollector) -> Jo
         "scenario at scenario_path inside every task",
         MARO_PACKAGE_HINT,
     )
-    problems.warn(
-        "",
-        "the RL workflow config declares no resources, so shoal assumes 1 cpu / 1 GiB per instance",
-        "convert to a shoal job to declare resources per role",
-    )
+    problems.warn("", f"the RL workflow config {ASSUMED}", ASSUMED_HINT)
     return JobSpec(name=raw.job, source_format=SourceFormat.MARO, roles=tuple(roles))
+
+
+def _present(**values: object) -> dict[str, str]:
+    """Environment entries for the values that are set."""
+    return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def _common_env(raw: RawRlWorkflow, logging: RawLogging | None) -> dict[str, str]:
+    env = {"SCENARIO_PATH": raw.scenario_path, "LOG_PATH": raw.log_path}
+    if logging is not None:
+        env |= {"LOG_LEVEL_STDOUT": logging.stdout, "LOG_LEVEL_FILE": logging.file}
+    return env
 
 
 def _peer_host(role: str) -> str:
@@ -392,40 +375,38 @@ def _peer_host(role: str) -> str:
     return f'"${{SHOAL_{role.upper()}_HOSTS%%:*}}"'
 
 
-def _levels(logging: RawLogging | None) -> dict[str, str]:
-    if logging is None:
-        return {}
-    return {"LOG_LEVEL_STDOUT": logging.stdout, "LOG_LEVEL_FILE": logging.file}
+def _worker_command(module: str, host_variable: str, peer: str) -> str:
+    return (
+        f'ID="$SHOAL_TASK_INDEX" {host_variable}={_peer_host(peer)} '
+        f"python -m maro.rl.workflows.{module}"
+    )
 
 
-def _rl_main(raw: RawRlWorkflow, problems: ProblemCollector) -> TaskRoleSpec:
+def _rl_main(
+    raw: RawRlWorkflow, extra_env: dict[str, str], problems: ProblemCollector
+) -> TaskRoleSpec:
     main, training = raw.main, raw.training
-    env = {
-        "JOB": raw.job,
-        "NUM_EPISODES": str(main.num_episodes),
-        "MIN_N_SAMPLE": str(main.min_n_sample),
-        "TRAIN_MODE": training.mode,
-        "SCENARIO_PATH": raw.scenario_path,
-        "LOG_PATH": raw.log_path,
-    }
-    schedule = _eval_schedule(main.eval_schedule, main.num_episodes, problems)
-    optional = {
-        "EVAL_SCHEDULE": schedule,
-        "NUM_STEPS": main.num_steps,
-        "LOAD_PATH": training.load_path,
-        "LOAD_EPISODE": training.load_episode,
-        "CHECKPOINT_PATH": training.checkpointing.path if training.checkpointing else None,
-        "CHECKPOINT_INTERVAL": training.checkpointing.interval if training.checkpointing else None,
-    }
-    env |= {key: str(value) for key, value in optional.items() if value is not None}
-    env |= _levels(main.logging)
-    env |= _rollout_env(raw.rollout.parallelism)
+    checkpointing = training.checkpointing
+    env = _common_env(raw, main.logging) | _present(
+        JOB=raw.job,
+        NUM_EPISODES=main.num_episodes,
+        MIN_N_SAMPLE=main.min_n_sample,
+        TRAIN_MODE=training.mode,
+        EVAL_SCHEDULE=_eval_schedule(main.eval_schedule, main.num_episodes, problems),
+        NUM_STEPS=main.num_steps,
+        LOAD_PATH=training.load_path,
+        LOAD_EPISODE=training.load_episode,
+        CHECKPOINT_PATH=checkpointing.path if checkpointing else None,
+        CHECKPOINT_INTERVAL=checkpointing.interval if checkpointing else None,
+    )
     command = "python -m maro.rl.workflows.main"
-    if training.mode == "parallel" and training.proxy is not None:
-        env["TRAIN_PROXY_FRONTEND_PORT"] = str(training.proxy.frontend)
+    if "TRAIN_PROXY_FRONTEND_PORT" in extra_env:
         command = f"TRAIN_PROXY_HOST={_peer_host('train_proxy')} {command}"
     return TaskRoleSpec(
-        name="main", command=command, env=env, completion=Completion(min_failed=1, min_succeeded=1)
+        name="main",
+        command=command,
+        env=env | extra_env,
+        completion=Completion(min_failed=1, min_succeeded=1),
     )
 
 
@@ -433,7 +414,7 @@ def _eval_schedule(value: Any, num_episodes: int, problems: ProblemCollector) ->
     """MARO's EVAL_SCHEDULE: every n-th episode for an int, the sorted episodes for a list."""
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+    if _positive_int(value):
         return " ".join(str(value * i) for i in range(1, num_episodes // value + 1))
     if isinstance(value, list) and value and all(_positive_int(v) for v in value):
         return " ".join(str(v) for v in sorted(value))
@@ -449,101 +430,81 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def _rollout_workers(parallelism: RawParallelism | None, problems: ProblemCollector) -> int:
+def _rollout(
+    raw: RawRlWorkflow, problems: ProblemCollector
+) -> tuple[dict[str, str], list[TaskRoleSpec]]:
+    """main's parallel roll-out settings and the roll-out worker role (none for one roll-out)."""
+    parallelism, path = raw.rollout.parallelism, "rollout.parallelism"
     if parallelism is None:
-        return 1
-    path = "rollout.parallelism"
-    workers = max(parallelism.sampling, parallelism.eval or 1)
-    if workers > 1 and parallelism.controller is None:
+        return {}, []
+    sampling, evaluation = parallelism.sampling, parallelism.eval or 1
+    if parallelism.min_env_samples is not None and parallelism.min_env_samples > sampling:
+        problems.error(
+            f"{path}.min_env_samples",
+            f"is {parallelism.min_env_samples}, more than sampling ({sampling})",
+            "it may not exceed the number of parallel roll-outs",
+        )
+    workers = max(sampling, evaluation)
+    if workers == 1:
+        return {}, []
+    if parallelism.controller is None:
         problems.error(
             f"{path}.controller",
             "is required when more than one roll-out worker runs",
             "add controller: {host: 127.0.0.1, port: 20000}",
         )
-    if parallelism.min_env_samples is not None and (
-        parallelism.min_env_samples > parallelism.sampling
-    ):
-        problems.error(
-            f"{path}.min_env_samples",
-            f"is {parallelism.min_env_samples}, more than sampling ({parallelism.sampling})",
-            "it may not exceed the number of parallel roll-outs",
-        )
-    if workers > 1 and parallelism.controller is not None:
-        problems.warn(
-            f"{path}.controller.host",
-            "is not used: roll-out workers find main through $SHOAL_MAIN_HOSTS",
-        )
-    return workers
-
-
-def _rollout_env(parallelism: RawParallelism | None) -> dict[str, str]:
-    """What main needs to know about parallel roll-outs (nothing when there is one roll-out)."""
-    if parallelism is None or parallelism.controller is None:
-        return {}
-    eval_workers = parallelism.eval or 1
-    if max(parallelism.sampling, eval_workers) == 1:
-        return {}
-    env = {
-        "ENV_SAMPLE_PARALLELISM": str(parallelism.sampling),
-        "ENV_EVAL_PARALLELISM": str(eval_workers),
-        "ROLLOUT_CONTROLLER_PORT": str(parallelism.controller.port),
-    }
-    if parallelism.min_env_samples is not None:
-        env["MIN_ENV_SAMPLES"] = str(parallelism.min_env_samples)
-    if parallelism.grace_factor is not None:
-        env["GRACE_FACTOR"] = str(parallelism.grace_factor)
-    return env
-
-
-def _rl_rollout_workers(raw: RawRlWorkflow, workers: int) -> TaskRoleSpec:
-    parallelism = raw.rollout.parallelism
-    port = parallelism.controller.port if parallelism and parallelism.controller else 20000
-    env = {
-        "ROLLOUT_CONTROLLER_PORT": str(port),
-        "SCENARIO_PATH": raw.scenario_path,
-        "LOG_PATH": raw.log_path,
-    } | _levels(raw.rollout.logging)
-    command = (
-        f'ID="$SHOAL_TASK_INDEX" ROLLOUT_CONTROLLER_HOST={_peer_host("main")} '
-        "python -m maro.rl.workflows.rollout_worker"
+        return {}, []
+    problems.warn(
+        f"{path}.controller.host",
+        "is not used: roll-out workers find main through $SHOAL_MAIN_HOSTS",
     )
-    return TaskRoleSpec(name="rollout_worker", instances=workers, command=command, env=env)
+    port = parallelism.controller.port
+    main_env = _present(
+        ENV_SAMPLE_PARALLELISM=sampling,
+        ENV_EVAL_PARALLELISM=evaluation,
+        ROLLOUT_CONTROLLER_PORT=port,
+        MIN_ENV_SAMPLES=parallelism.min_env_samples,
+        GRACE_FACTOR=parallelism.grace_factor,
+    )
+    worker = TaskRoleSpec(
+        name="rollout_worker",
+        instances=workers,
+        command=_worker_command("rollout_worker", "ROLLOUT_CONTROLLER_HOST", "main"),
+        env=_common_env(raw, raw.rollout.logging) | {"ROLLOUT_CONTROLLER_PORT": str(port)},
+    )
+    return main_env, [worker]
 
 
-def _rl_training_roles(raw: RawRlWorkflow, problems: ProblemCollector) -> list[TaskRoleSpec]:
+def _training(
+    raw: RawRlWorkflow, problems: ProblemCollector
+) -> tuple[dict[str, str], list[TaskRoleSpec]]:
+    """main's parallel training settings and the proxy and worker roles (none in simple mode)."""
     training = raw.training
+    if training.mode != "parallel":
+        return {}, []
     for key, value in (("num_workers", training.num_workers), ("proxy", training.proxy)):
         if value is None:
             problems.error(f"training.{key}", "is required when training.mode is parallel")
     if training.num_workers is None or training.proxy is None:
-        return []
+        return {}, []
     problems.warn(
         "training.proxy.host",
         "is not used: workers find the proxy through $SHOAL_TRAIN_PROXY_HOSTS",
     )
-    proxy = training.proxy
-    proxy_env = {
-        "TRAIN_PROXY_FRONTEND_PORT": str(proxy.frontend),
-        "TRAIN_PROXY_BACKEND_PORT": str(proxy.backend),
-        "LOG_PATH": raw.log_path,
-    }
-    worker_env = {
-        "TRAIN_PROXY_BACKEND_PORT": str(proxy.backend),
-        "SCENARIO_PATH": raw.scenario_path,
-        "LOG_PATH": raw.log_path,
-    } | _levels(training.logging)
-    worker_command = (
-        f'ID="$SHOAL_TASK_INDEX" TRAIN_PROXY_HOST={_peer_host("train_proxy")} '
-        "python -m maro.rl.workflows.train_worker"
+    ports = _present(
+        TRAIN_PROXY_FRONTEND_PORT=training.proxy.frontend,
+        TRAIN_PROXY_BACKEND_PORT=training.proxy.backend,
     )
-    return [
-        TaskRoleSpec(
-            name="train_proxy", command="python -m maro.rl.workflows.train_proxy", env=proxy_env
-        ),
-        TaskRoleSpec(
-            name="train_worker",
-            instances=training.num_workers,
-            command=worker_command,
-            env=worker_env,
-        ),
-    ]
+    proxy = TaskRoleSpec(
+        name="train_proxy",
+        command="python -m maro.rl.workflows.train_proxy",
+        env={"LOG_PATH": raw.log_path} | ports,
+    )
+    worker = TaskRoleSpec(
+        name="train_worker",
+        instances=training.num_workers,
+        command=_worker_command("train_worker", "TRAIN_PROXY_HOST", "train_proxy"),
+        env=_common_env(raw, training.logging)
+        | {"TRAIN_PROXY_BACKEND_PORT": ports["TRAIN_PROXY_BACKEND_PORT"]},
+    )
+    return {"TRAIN_PROXY_FRONTEND_PORT": ports["TRAIN_PROXY_FRONTEND_PORT"]}, [proxy, worker]

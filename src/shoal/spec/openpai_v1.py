@@ -24,13 +24,12 @@ separates user and job in OpenPAI v2 job ids.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from shoal.spec.checks import RolePaths, check_roles
-from shoal.spec.diagnostics import PATTERN_WORDS, describe, validation_problems
+from shoal.spec.checks import MappedRolePaths, check_roles
+from shoal.spec.diagnostics import PATTERN_WORDS, describe, validate_collecting
 from shoal.spec.errors import ProblemCollector, SpecError
 from shoal.spec.model import (
     ENV_NAME_PATTERN,
@@ -97,18 +96,7 @@ class RawPaiV1Job(BaseModel):
         default_factory=dict
     )  # values: strings, numbers or booleans, checked by _job_env
     extras: dict[str, Any] | None = None
-    taskRoles: Annotated[list[RawTaskRole], Field(min_length=1)]
-
-
-@dataclass(frozen=True, slots=True)
-class MappedRolePaths(RolePaths):
-    """``RolePaths`` for formats that do not key roles by name: ``{role}`` is filled from
-    ``key_of[role name]`` (a list index for OpenPAI v1, a config section for MARO RL workflows)."""
-
-    key_of: Mapping[str, object] = field(default_factory=dict)
-
-    def at(self, pattern: str, role: str) -> str:
-        return pattern.format(role=self.key_of[role])
+    taskRoles: Annotated[list[Any], Field(min_length=1)]  # each checked as a RawTaskRole
 
 
 def role_paths(index_of: Mapping[str, int]) -> MappedRolePaths:
@@ -120,15 +108,16 @@ def role_paths(index_of: Mapping[str, int]) -> MappedRolePaths:
         min_succeeded="taskRoles[{role}].minSucceededTaskCount",
         total="taskRoles",
         key_of=index_of,
+        disable_word="null",
     )
 
 
 def read_pai_v1(data: Mapping[str, Any], problems: ProblemCollector) -> JobSpec:
     _check_job_name(data.get("jobName"), problems)
-    try:
-        raw = RawPaiV1Job.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(problems.errors + validation_problems(exc, RawPaiV1Job)) from None
+    raw = validate_collecting(RawPaiV1Job, data, problems)
+    roles = _roles(data.get("taskRoles"), raw, problems)  # checked even if the top level failed
+    if raw is None:
+        raise SpecError(problems.errors)
     if raw.retryCount < 0:
         problems.error(
             "retryCount",
@@ -137,21 +126,6 @@ def read_pai_v1(data: Mapping[str, Any], problems: ProblemCollector) -> JobSpec:
         )
     _warn_unused(raw, problems)
     env, code_dir = _job_env(raw, problems)
-    index_of: dict[str, int] = {}
-    roles: list[TaskRoleSpec] = []
-    for index, raw_role in enumerate(raw.taskRoles):
-        role = _role(index, raw_role, raw, problems)
-        first = index_of.get(raw_role.name)
-        if first is not None:
-            problems.error(
-                f"taskRoles[{index}].name",
-                f"duplicate role name {raw_role.name!r} (also taskRoles[{first}])",
-                "give each task role its own name",
-            )
-            continue
-        index_of[raw_role.name] = index
-        roles.append(role)
-    check_roles(roles, role_paths(index_of), problems)
     problems.raise_if_errors()
     return JobSpec(
         name=raw.jobName,
@@ -162,6 +136,28 @@ def read_pai_v1(data: Mapping[str, Any], problems: ProblemCollector) -> JobSpec:
         env=env,
         roles=tuple(roles),
     )
+
+
+def _roles(items: Any, job: RawPaiV1Job | None, problems: ProblemCollector) -> list[TaskRoleSpec]:
+    index_of: dict[str, int] = {}
+    roles: list[TaskRoleSpec] = []
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        raw = validate_collecting(RawTaskRole, item, problems, f"taskRoles[{index}]")
+        if raw is None:
+            continue
+        role = _role(index, raw, job, problems)
+        first = index_of.get(raw.name)
+        if first is not None:
+            problems.error(
+                f"taskRoles[{index}].name",
+                f"duplicate role name {raw.name!r} (also taskRoles[{first}])",
+                "give each task role its own name",
+            )
+            continue
+        index_of[raw.name] = index
+        roles.append(role)
+    check_roles(roles, role_paths(index_of), problems)
+    return roles
 
 
 def _check_job_name(name: object, problems: ProblemCollector) -> None:
@@ -231,7 +227,7 @@ def _job_env(raw: RawPaiV1Job, problems: ProblemCollector) -> tuple[dict[str, st
 
 
 def _role(
-    index: int, raw: RawTaskRole, job: RawPaiV1Job, problems: ProblemCollector
+    index: int, raw: RawTaskRole, job: RawPaiV1Job | None, problems: ProblemCollector
 ) -> TaskRoleSpec:
     base = f"taskRoles[{index}]"
     reader = ResourceReader(problems)
@@ -245,7 +241,7 @@ def _role(
         cpu_millis=reader.cpu(raw.cpuNumber, f"{base}.cpuNumber"),
         memory_mib=reader.memory(raw.memoryMB, f"{base}.memoryMB"),
         gpu=raw.gpuNumber,
-        gpu_type=job.gpuType or None,
+        gpu_type=(job.gpuType or None) if job else None,
         ports=_ports(base, raw.portList, problems),
         shm_mib=raw.shmMB,
     )
@@ -254,7 +250,7 @@ def _role(
         instances=raw.taskNumber,
         resources=resources,
         command=raw.command,
-        image=job.image,
+        image=job.image if job else None,
         completion=_completion(base, raw, problems),
     )
 

@@ -1,0 +1,518 @@
+"""Benchmark of ``shoal.core.scheduler.schedule`` on large synthetic GPU clusters.
+
+Run with ``make bench`` or ``.venv/bin/python bench/scheduler.py [--nodes 1000,5000] [--jobs 10000]
+[--cycles 30] [--seed 1] [--json FILE]``. Everything is generated in memory from a seeded
+``random.Random``; node addresses are documentation-only (198.18.0.0/15) and nothing connects.
+
+For each cluster size it measures:
+
+1. a cold cycle: an empty cluster and the whole queue (every job queued at once);
+2. steady-state cycles: after each cycle the admissions become running allocations, a random ~5%
+   of running jobs finish and new jobs top the queue back up; every ``schedule()`` call is timed;
+3. memory: tracemalloc peak while building the snapshot and running one cold cycle, and the
+   process's peak RSS.
+
+Only ``schedule()`` itself is inside the timers; building snapshots and checking plans are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import random
+import resource
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shoal.core.plan import Plan
+from shoal.core.resources import ResourceVector
+from shoal.core.scheduler import schedule
+from shoal.core.snapshot import (
+    ClusterSnapshot,
+    JobRequest,
+    NodeState,
+    RoleRequest,
+    TaskAllocation,
+)
+
+GPUS_PER_NODE = 8
+CORES_PER_NODE = 96
+MEMORY_PER_NODE_MIB = 1024 * 1024  # 1 TiB
+GIB = 1024
+PRIORITIES = (120, 100, 10, -1)
+PRIORITY_WEIGHTS = (5, 15, 60, 20)
+FINISH_FRACTION = 0.05
+HTTP = (("http", 1),)
+
+# Published numbers, NOT measured by this script (context only).
+REFERENCES = (
+    (
+        "kube-scheduler CI floor, SchedulingBasic 5000Nodes_10000Pods",
+        "680 pods/s",
+        "kubernetes/kubernetes test/integration/scheduler_perf/misc/performance-config.yaml",
+    ),
+    (
+        "kube-scheduler CI floor, extended (GPU-like) resources, 5000 nodes",
+        "180 pods/s",
+        "same file, SchedulingWithExtendedResource/5000pods_5000nodes",
+    ),
+    (
+        "Kueue end-to-end admission",
+        "~43 workloads/s",
+        "figure quoted in the shoal benchmark brief",
+    ),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic cluster and workload
+# --------------------------------------------------------------------------------------------
+
+
+def make_nodes(count: int) -> tuple[NodeState, ...]:
+    """``count`` identical 8-GPU nodes with distinct names and 198.18.0.0/15 addresses."""
+    capacity = ResourceVector(CORES_PER_NODE * 1000, MEMORY_PER_NODE_MIB, GPUS_PER_NODE)
+    gpus = tuple(range(GPUS_PER_NODE))
+    return tuple(
+        NodeState(
+            name=f"gpu-node-{i:05d}",
+            address=f"198.{18 + i // 65536}.{(i // 256) % 256}.{i % 256}",
+            capacity=capacity,
+            gpu_indices=gpus,
+            gpu_type="a100",
+        )
+        for i in range(count)
+    )
+
+
+def _role(
+    name: str, instances: int, cores: int, memory_gib: int, gpus: int, ports=HTTP
+) -> RoleRequest:
+    return RoleRequest(
+        name, instances, ResourceVector(cores * 1000, memory_gib * GIB, gpus), ports=ports
+    )
+
+
+def _single_gpu(rng: random.Random) -> tuple[RoleRequest, ...]:
+    return (_role("main", 1, rng.choice((4, 8, 12)), rng.choice((32, 64, 96)), 1),)
+
+
+def _multi_gpu(rng: random.Random) -> tuple[RoleRequest, ...]:
+    gpus = rng.choice((2, 4))
+    cores = gpus * rng.choice((6, 8, 12))
+    return (_role("main", 1, cores, gpus * rng.choice((64, 96, 128)), gpus),)
+
+
+def _full_node(rng: random.Random) -> tuple[RoleRequest, ...]:
+    return (_role("main", 1, rng.choice((64, 80, 96)), rng.choice((512, 768, 1000)), 8),)
+
+
+def _distributed(rng: random.Random) -> tuple[RoleRequest, ...]:
+    ports = (("http", 1), ("nccl", 1))
+    workers = rng.randint(2, 8)
+    return (_role("worker", workers, rng.choice((64, 80, 96)), rng.choice((512, 768)), 8, ports),)
+
+
+def _actor_learner(rng: random.Random) -> tuple[RoleRequest, ...]:
+    learner = _role("learner", 1, 8, 64, 1)
+    actors = _role("actor", rng.randint(4, 32), rng.choice((1, 2, 4)), rng.choice((4, 8, 16)), 0)
+    return (learner, actors)
+
+
+def _cpu_only(rng: random.Random) -> tuple[RoleRequest, ...]:
+    workers = rng.randint(2, 16)
+    return (_role("worker", workers, rng.choice((4, 8, 16)), rng.choice((16, 32, 64)), 0),)
+
+
+JOB_MIX: tuple[tuple[Callable[[random.Random], tuple[RoleRequest, ...]], int], ...] = (
+    (_single_gpu, 40),
+    (_multi_gpu, 20),
+    (_full_node, 15),
+    (_distributed, 10),
+    (_actor_learner, 10),
+    (_cpu_only, 5),
+)
+
+
+@dataclass
+class JobFactory:
+    """Deterministic stream of queued jobs: ids and submission times only increase."""
+
+    rng: random.Random
+    counter: int = 0
+    clock: float = 0.0
+
+    def next_job(self) -> JobRequest:
+        makers, weights = zip(*JOB_MIX, strict=True)
+        (maker,) = self.rng.choices(makers, weights=weights)
+        (priority,) = self.rng.choices(PRIORITIES, weights=PRIORITY_WEIGHTS)
+        self.counter += 1
+        self.clock += self.rng.uniform(0.001, 0.1)
+        return JobRequest(
+            job_id=f"job-{self.counter:08d}",
+            roles=maker(self.rng),
+            priority=priority,
+            submitted_at=self.clock,
+        )
+
+    def jobs(self, count: int) -> list[JobRequest]:
+        return [self.next_job() for _ in range(count)]
+
+
+# --------------------------------------------------------------------------------------------
+# Plan checks and the simulated cluster state
+# --------------------------------------------------------------------------------------------
+
+
+def check_plan(plan: Plan, queue: dict[str, JobRequest]) -> int:
+    """Light sanity checks; returns the number of tasks placed. Raises on nonsense."""
+    seen: set[str] = set()
+    tasks = 0
+    for admission in plan.admissions:
+        job = queue.get(admission.job_id)
+        if job is None or admission.job_id in seen:
+            raise AssertionError(f"admitted unknown or duplicate job {admission.job_id}")
+        if len(admission.placements) != job.task_count:
+            raise AssertionError(
+                f"{admission.job_id}: {len(admission.placements)} placements, "
+                f"{job.task_count} tasks"
+            )
+        seen.add(admission.job_id)
+        tasks += job.task_count
+    accounted = len(plan.admissions) + len(plan.pending) + len(plan.infeasible)
+    if accounted != len(queue):
+        raise AssertionError(f"plan accounts for {accounted} of {len(queue)} queued jobs")
+    return tasks
+
+
+@dataclass
+class LiveCluster:
+    """What a server would hold between cycles: the queue and the running allocations."""
+
+    nodes: tuple[NodeState, ...]
+    factory: JobFactory
+    queue_target: int
+    queue: dict[str, JobRequest] = field(default_factory=dict)
+    running: dict[str, list[TaskAllocation]] = field(default_factory=dict)
+
+    def snapshot(self) -> ClusterSnapshot:
+        allocations = tuple(a for allocs in self.running.values() for a in allocs)
+        return ClusterSnapshot(self.nodes, tuple(self.queue.values()), allocations)
+
+    def apply(self, plan: Plan) -> None:
+        """Admissions start running; infeasible jobs are rejected (leave the queue)."""
+        for admission in plan.admissions:
+            del self.queue[admission.job_id]
+            self.running[admission.job_id] = [
+                TaskAllocation(
+                    admission.job_id,
+                    p.role,
+                    p.index,
+                    p.node,
+                    p.resources,
+                    p.gpu_indices,
+                    p.all_ports(),
+                )
+                for p in admission.placements
+            ]
+        for never in plan.infeasible:
+            del self.queue[never.job_id]
+
+    def finish_some(self, rng: random.Random, fraction: float) -> int:
+        """A random ``fraction`` of running jobs finish and release their allocations."""
+        count = round(len(self.running) * fraction)
+        for job_id in rng.sample(list(self.running), count):
+            del self.running[job_id]
+        return count
+
+    def top_up(self) -> int:
+        missing = self.queue_target - len(self.queue)
+        for job in self.factory.jobs(missing):
+            self.queue[job.job_id] = job
+        return missing
+
+    def check_capacity(self) -> None:
+        """No node is oversubscribed and no GPU is handed out twice."""
+        used: dict[str, ResourceVector] = {}
+        gpus: set[tuple[str, int]] = set()
+        for allocs in self.running.values():
+            for alloc in allocs:
+                used[alloc.node] = used.get(alloc.node, ResourceVector()) + alloc.resources
+                for gpu in alloc.gpu_indices:
+                    if (alloc.node, gpu) in gpus:
+                        raise AssertionError(f"GPU {gpu} of {alloc.node} allocated twice")
+                    gpus.add((alloc.node, gpu))
+        capacity = {n.name: n.capacity for n in self.nodes}
+        for node, total in used.items():
+            if not total.fits_in(capacity[node]):
+                raise AssertionError(f"{node} oversubscribed: {total} > {capacity[node]}")
+
+    def gpus_in_use(self) -> int:
+        return sum(a.resources.gpu for allocs in self.running.values() for a in allocs)
+
+
+# --------------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------------
+
+
+def timed_schedule(snapshot: ClusterSnapshot, now: float) -> tuple[Plan, float]:
+    gc.collect()
+    start = time.perf_counter()
+    plan = schedule(snapshot, now)
+    return plan, time.perf_counter() - start
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile (with 30 samples, p99 is the maximum)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def run_cold(cluster: LiveCluster) -> dict[str, Any]:
+    """One cycle on an empty cluster with the whole queue; its admissions start running."""
+    snapshot = cluster.snapshot()
+    plan, seconds = timed_schedule(snapshot, now=0.0)
+    tasks = check_plan(plan, cluster.queue)
+    cluster.apply(plan)
+    cluster.check_capacity()
+    return {
+        "seconds": seconds,
+        "queued": len(snapshot.queue),
+        "admitted": len(plan.admissions),
+        "tasks_placed": tasks,
+        "pending": len(plan.pending),
+        "infeasible": len(plan.infeasible),
+        "admitted_per_second": len(plan.admissions) / seconds,
+        "distinct_shapes": len({job.shape() for job in snapshot.queue}),
+        "gpus_in_use": cluster.gpus_in_use(),
+    }
+
+
+def run_steady(cluster: LiveCluster, cycles: int, rng: random.Random) -> dict[str, Any]:
+    """``cycles`` live-loop cycles: finish ~5%, top up the queue, schedule, start admissions."""
+    latencies: list[float] = []
+    admitted = tasks = finished = 0
+    allocations: list[int] = []
+    for cycle in range(1, cycles + 1):
+        finished += cluster.finish_some(rng, FINISH_FRACTION)
+        cluster.top_up()
+        snapshot = cluster.snapshot()
+        allocations.append(len(snapshot.allocations))
+        plan, seconds = timed_schedule(snapshot, now=float(cycle))
+        tasks += check_plan(plan, cluster.queue)
+        cluster.apply(plan)
+        latencies.append(seconds)
+        admitted += len(plan.admissions)
+    cluster.check_capacity()
+    total = sum(latencies)
+    return {
+        "cycles": cycles,
+        "p50_seconds": percentile(latencies, 0.50),
+        "p99_seconds": percentile(latencies, 0.99),
+        "max_seconds": max(latencies),
+        "mean_seconds": total / cycles,
+        "admitted": admitted,
+        "tasks_placed": tasks,
+        "finished": finished,
+        "admitted_per_second": admitted / total if total else 0.0,
+        "mean_running_allocations": sum(allocations) / cycles,
+        "gpus_in_use_at_end": cluster.gpus_in_use(),
+        "latencies_seconds": latencies,
+    }
+
+
+def measure_memory(size: int, jobs: int, seed: int) -> dict[str, float]:
+    """tracemalloc peak for building nodes + queue + snapshot and running one cold cycle."""
+    gc.collect()
+    tracemalloc.start()
+    nodes = make_nodes(size)
+    queue = tuple(JobFactory(random.Random(seed)).jobs(jobs))
+    snapshot = ClusterSnapshot(nodes, queue)
+    snapshot_bytes, _ = tracemalloc.get_traced_memory()
+    plan = schedule(snapshot, now=0.0)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del plan, snapshot
+    return {"snapshot_mib": snapshot_bytes / 2**20, "peak_mib": peak / 2**20}
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (ru_maxrss is KiB on Linux)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1024 if sys.platform != "darwin" else rss / 2**20
+
+
+def bench_size(size: int, args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    console.print(f"[bold]{size} nodes[/]: generating {args.jobs} jobs (seed {args.seed})")
+    rng = random.Random(args.seed)
+    factory = JobFactory(rng)
+    cluster = LiveCluster(make_nodes(size), factory, args.jobs)
+    cluster.top_up()
+    cold = run_cold(cluster)
+    console.print(f"  cold cycle {cold['seconds']:.2f}s, {cold['admitted']} admitted")
+    steady = run_steady(cluster, args.cycles, random.Random(args.seed + 1))
+    console.print(
+        f"  {args.cycles} steady cycles, p50 {steady['p50_seconds'] * 1000:.0f} ms, "
+        f"max {steady['max_seconds'] * 1000:.0f} ms"
+    )
+    del cluster
+    memory = measure_memory(size, args.jobs, args.seed) if args.memory else {}
+    memory["peak_rss_mib_so_far"] = peak_rss_mib()
+    return {"nodes": size, "jobs": args.jobs, "cold": cold, "steady": steady, "memory": memory}
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+    }
+
+
+def _row(label: str, values: Iterable[str]) -> list[str]:
+    return [label, *values]
+
+
+def results_table(results: list[dict[str, Any]]) -> Table:
+    table = Table(title="shoal schedule() benchmark (measured in this run)")
+    table.add_column("metric")
+    for result in results:
+        table.add_column(f"{result['nodes']:,} nodes", justify="right")
+    cold = [r["cold"] for r in results]
+    steady = [r["steady"] for r in results]
+    memory = [r["memory"] for r in results]
+    rows = [
+        _row("queued gang jobs", (f"{r['jobs']:,}" for r in results)),
+        _row("cold: cycle wall time", (f"{c['seconds']:.2f} s" for c in cold)),
+        _row("cold: jobs admitted", (f"{c['admitted']:,}" for c in cold)),
+        _row("cold: tasks placed", (f"{c['tasks_placed']:,}" for c in cold)),
+        _row("cold: gang jobs admitted/s", (f"{c['admitted_per_second']:,.0f}" for c in cold)),
+        _row("cold: pending / infeasible", (f"{c['pending']:,} / {c['infeasible']}" for c in cold)),
+        _row("cold: GPUs in use after", (f"{c['gpus_in_use']:,}" for c in cold)),
+        _row("steady: cycles", (str(s["cycles"]) for s in steady)),
+        _row("steady: mean running tasks", (f"{s['mean_running_allocations']:,.0f}" for s in steady)),
+        _row("steady: p50 cycle", (f"{s['p50_seconds'] * 1000:,.0f} ms" for s in steady)),
+        _row("steady: p99 cycle", (f"{s['p99_seconds'] * 1000:,.0f} ms" for s in steady)),
+        _row("steady: max cycle", (f"{s['max_seconds'] * 1000:,.0f} ms" for s in steady)),
+        _row("steady: jobs admitted (total)", (f"{s['admitted']:,}" for s in steady)),
+        _row("steady: admitted/s of cycle time", (f"{s['admitted_per_second']:,.0f}" for s in steady)),
+        _row("tracemalloc: snapshot", (_mib(m, "snapshot_mib") for m in memory)),
+        _row("tracemalloc: snapshot + 1 cycle peak", (_mib(m, "peak_mib") for m in memory)),
+        _row("process peak RSS so far", (_mib(m, "peak_rss_mib_so_far") for m in memory)),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _mib(memory: dict[str, float], key: str) -> str:
+    return f"{memory[key]:,.0f} MiB" if key in memory else "skipped"
+
+
+def reference_table() -> Table:
+    table = Table(title="Published numbers for context (NOT measured in this run)")
+    table.add_column("system / test")
+    table.add_column("throughput", justify="right")
+    table.add_column("source")
+    for row in REFERENCES:
+        table.add_row(*row)
+    return table
+
+
+def report(console: Console, machine: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    console.print()
+    console.print(
+        f"Machine: {machine['cpu_model']}, {machine['cpu_count']} cores, "
+        f"{machine['implementation']} {machine['python']}, {machine['platform']}"
+    )
+    console.print(results_table(results))
+    console.print(reference_table())
+    console.print(
+        "Throughput here is one pure in-process schedule() call per cycle (no API server, no "
+        "binding, no I/O); the published numbers are end-to-end systems and are not comparable "
+        "one for one. A shoal admission is a whole gang (1-33 tasks)."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--nodes",
+        default="1000,5000",
+        type=lambda text: [int(part) for part in text.split(",") if part],
+        help="comma-separated cluster sizes (default 1000,5000)",
+    )
+    parser.add_argument("--jobs", type=int, default=10_000, help="queue length (default 10000)")
+    parser.add_argument("--cycles", type=int, default=30, help="steady-state cycles (default 30)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
+    parser.add_argument(
+        "--no-memory",
+        dest="memory",
+        action="store_false",
+        help="skip the tracemalloc pass (it re-runs one cold cycle under tracing)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console()
+    machine = machine_info()
+    started = time.perf_counter()
+    results = [bench_size(size, args, console) for size in args.nodes]
+    elapsed = time.perf_counter() - started
+    report(console, machine, results)
+    console.print(f"Total benchmark wall time: {elapsed:.0f} s")
+    if args.json:
+        payload = {
+            "machine": machine,
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "results": results,
+            "references_not_measured": [
+                {"what": what, "throughput": value, "source": source}
+                for what, value, source in REFERENCES
+            ],
+            "total_seconds": elapsed,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        console.print(f"Wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

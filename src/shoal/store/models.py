@@ -1,0 +1,142 @@
+"""Tables of the store: the single source of truth for users, nodes, jobs, tasks and events."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Token(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # user | application | agent
+    label: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String(128))
+    address: Mapped[str] = mapped_column(String(255))
+    cpu_millis: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    gpu_indices: Mapped[list[Any]] = mapped_column(JSON)
+    gpu_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    port_low: Mapped[int] = mapped_column(Integer)
+    port_high: Mapped[int] = mapped_column(Integer)
+    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
+    state: Mapped[str] = mapped_column(String(16), default="READY")  # READY | LOST
+    last_seen: Mapped[float] = mapped_column(Float)
+    registered_at: Mapped[float] = mapped_column(Float)
+    usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_user_name", "user", "name"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, unique=True)
+    name: Mapped[str] = mapped_column(String(255))
+    user: Mapped[str] = mapped_column(String(64))
+    virtual_cluster: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    priority: Mapped[int] = mapped_column(Integer)
+    priority_class: Mapped[str] = mapped_column(String(8))
+    submitted_at: Mapped[float] = mapped_column(Float)
+    launched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    completed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    job_retry_count: Mapped[int] = mapped_column(Integer, default=0)
+    source_format: Mapped[str] = mapped_column(String(16))
+    source_text: Mapped[str] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    secrets: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    has_code: Mapped[bool] = mapped_column(Boolean, default=False)
+    stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    completing: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    exit_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    diagnostics: Mapped[str] = mapped_column(Text, default="")
+    pending_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    pending_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Task(Base):
+    """One instance of a role in one job attempt; ``attempt`` counts in-place task retries."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        Index("ix_tasks_job", "job_id"),
+        Index("ix_tasks_state", "state"),
+        Index("ix_tasks_node", "node"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_attempt: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(64))
+    index: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    state: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str] = mapped_column(String(128))
+    address: Mapped[str] = mapped_column(String(255))
+    cpu_millis: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    gpu_indices: Mapped[list[Any]] = mapped_column(JSON)
+    ports: Mapped[list[Any]] = mapped_column(JSON)
+    launch_acked: Mapped[bool] = mapped_column(Boolean, default=False)
+    kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    diagnostics: Mapped[str] = mapped_column(Text, default="")
+    usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    log_bytes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    @property
+    def attempt_id(self) -> str:
+        return f"{self.id}.{self.attempt}"
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_job", "job_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    role: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    index: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -1,0 +1,162 @@
+"""shoal's native format: the documented fields mean what docs/job-spec.md says."""
+
+from __future__ import annotations
+
+import pytest
+
+from shoal.spec.errors import SpecError
+from shoal.spec.loader import load_job_text
+from shoal.spec.model import PriorityClass, SourceFormat
+
+FULL = """
+version: 1
+name: rl.run-1
+description: two roles
+vc: team-a
+priority: prod
+gang: true
+retries: 2
+max_runtime: 1h30m
+code_dir: ./src
+env: {SEED: 7, DEBUG: true}
+params: {episodes: 10}
+secrets: {token: abc}
+roles:
+  learner:
+    instances: 1
+    image: python:3.11
+    resources: {cpu: 2, memory: 4Gi, gpu: 1, gpu_type: A100, ports: {grpc: 2}, shm: 1Gi}
+    command: ["python learner.py --episodes {{ params.episodes }}", echo done]
+    completion: {min_succeeded: 1}
+  actor:
+    instances: 3
+    resources: {cpu: "500m", memory: 512}
+    command: python actor.py --learner $SHOAL_LEARNER_HOSTS
+    env: {ROLE: actor}
+    completion: {min_failed: -1}
+    retries: 1
+"""
+
+
+def test_full_job_normalises() -> None:
+    parsed = load_job_text(FULL)
+    assert parsed.format is SourceFormat.NATIVE
+    (job,) = parsed.jobs
+    assert job.name == "rl.run-1"
+    assert job.virtual_cluster == "team-a"
+    assert job.priority_class is PriorityClass.PROD
+    assert job.job_retry_count == 2
+    assert job.max_runtime_s == 5400
+    assert job.env == {"SEED": "7", "DEBUG": "true"}
+    learner, actor = job.roles
+    assert learner.resources.cpu_millis == 2000
+    assert learner.resources.memory_mib == 4096
+    assert learner.resources.gpu_type == "A100"
+    assert learner.resources.ports == {"grpc": 2}
+    assert learner.resources.shm_mib == 1024
+    assert learner.command == "python learner.py --episodes 10\necho done"
+    assert learner.completion.min_succeeded == 1
+    assert actor.resources.cpu_millis == 500
+    assert actor.resources.memory_mib == 512
+    assert actor.completion.min_failed is None
+    assert actor.completion.min_succeeded == 3
+    assert actor.task_retry_count == 1
+    assert "$SHOAL_LEARNER_HOSTS" in actor.command
+    assert job.total_instances == 4
+    assert parsed.warnings == ()
+
+
+def test_param_override_and_undeclared_param_warning() -> None:
+    parsed = load_job_text(FULL, params={"episodes": "99", "other": "1"})
+    assert "--episodes 99" in parsed.jobs[0].role("learner").command
+    assert [w.path for w in parsed.warnings] == ["params.other"]
+
+
+MINIMAL = "version: 1\nname: x\nroles:\n  main:\n    command: {command}\n{extra}"
+
+
+def _minimal(command: str = "echo hi", extra: str = "") -> str:
+    return MINIMAL.format(command=command, extra=extra)
+
+
+def test_defaults() -> None:
+    job = load_job_text(_minimal()).jobs[0]
+    role = job.roles[0]
+    assert (role.instances, role.resources.cpu_millis, role.resources.memory_mib) == (1, 1000, 1024)
+    assert role.resources.gpu == 0
+    assert job.priority_class is PriorityClass.TEST
+    assert job.gang is True
+
+
+BAD = {
+    "undefined param": (_minimal("echo {{ params.nope }}"), "roles.main.command", "undefined"),
+    "wrong version": (_minimal().replace("version: 1", "version: 2"), "version", "must be one of"),
+    "missing roles": ("version: 1\nname: x\n", "roles", "is required"),
+    "no roles": ("version: 1\nname: x\nroles: {}\n", "roles", "at least 1 item"),
+    "bad memory unit": (
+        _minimal(extra="    resources: {memory: 4Gb}\n"),
+        "roles.main.resources.memory",
+        "unknown memory unit",
+    ),
+    "negative cpu": (
+        _minimal(extra="    resources: {cpu: -1}\n"),
+        "roles.main.resources.cpu",
+        "must be between",
+    ),
+    "absurd cpu": (
+        _minimal(extra="    resources: {cpu: 5000}\n"),
+        "roles.main.resources.cpu",
+        "must be between",
+    ),
+    "bad duration": (
+        _minimal().replace("roles:", "max_runtime: soon\nroles:"),
+        "max_runtime",
+        "must be a duration",
+    ),
+    "min_failed zero": (
+        _minimal(extra="    completion: {min_failed: 0}\n"),
+        "roles.main.completion.min_failed",
+        "must be -1 or >= 1",
+    ),
+    "min_succeeded over instances": (
+        _minimal(extra="    completion: {min_succeeded: 2}\n"),
+        "roles.main.completion.min_succeeded",
+        "only 1 instance",
+    ),
+    "bad env name": (
+        _minimal(extra="    env: {1BAD: x}\n"),
+        "roles.main.env.1BAD",
+        "environment variable name",
+    ),
+    "bad priority": (
+        _minimal().replace("roles:", "priority: urgent\nroles:"),
+        "priority",
+        "must be one of",
+    ),
+    "string instances": (
+        _minimal(extra="    instances: '3'\n"),
+        "roles.main.instances",
+        "must be an integer",
+    ),
+    "union type error is one message": (
+        _minimal(extra="    resources: {cpu: [1]}\n"),
+        "roles.main.resources.cpu",
+        "must be an integer or a number or a string, got a list",
+    ),
+    "bool gpu": (
+        _minimal(extra="    resources: {gpu: true}\n"),
+        "roles.main.resources.gpu",
+        "must be an integer",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_native_input(case: str) -> None:
+    text, path, fragment = BAD[case]
+    with pytest.raises(SpecError) as caught:
+        load_job_text(text)
+    problems = caught.value.problems
+    assert any(p.path == path and fragment in p.message for p in problems), [
+        p.render() for p in problems
+    ]
