@@ -1,4 +1,4 @@
-"""OpenPAI protocol v2: every verbatim sample parses with the right meaning; bad input is explained."""
+"""OpenPAI protocol v2: every verbatim sample parses right; bad input is explained."""
 
 from __future__ import annotations
 

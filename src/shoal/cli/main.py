@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from shoal import __version__
+from shoal.cli import cluster_commands, job_remote
 from shoal.cli.job_commands import job_app
 
 app = typer.Typer(
@@ -15,6 +16,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(job_app, name="job")
+app.add_typer(cluster_commands.node_app, name="node")
+app.command()(cluster_commands.up)
+app.command()(cluster_commands.down)
+app.command()(cluster_commands.status)
+app.command(hidden=True)(cluster_commands.server)
+app.command(hidden=True)(cluster_commands.agent)
+assert job_remote  # registers `job submit|list|status|logs|stop|events`
 
 
 def _version(value: bool) -> None:

@@ -102,10 +102,10 @@ def validation_problems(
     for err in exc.errors(include_url=False):
         loc = err["loc"]
         is_type_error = err["type"] in _TYPE_WORDS
-        if len(loc) > 1 and is_type_error and isinstance(loc[-1], str):
-            if _UNION_MEMBER.match(loc[-1]):
-                members.setdefault(tuple(loc[:-1]), []).append(err)
-                continue
+        last = loc[-1] if loc else None
+        if len(loc) > 1 and is_type_error and isinstance(last, str) and _UNION_MEMBER.match(last):
+            members.setdefault(tuple(loc[:-1]), []).append(err)
+            continue
         plain.append(err)
     problems = [_problem(err, model, prefix) for err in plain]
     for loc, errs in members.items():

@@ -169,9 +169,7 @@ def _role(
                 f"{base}.completion.min_succeeded",
                 problems,
                 default=None,
-            )
-            if raw.completion.min_succeeded is not None
-            else raw.instances,
+            ),
         ),
         task_retry_count=raw.retries,
     )

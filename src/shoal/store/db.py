@@ -23,7 +23,7 @@ def sqlite_url(home: Path) -> str:
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at commit across crashes
+    cursor.execute("PRAGMA synchronous=FULL")  # a commit survives a crash and a power cut
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()

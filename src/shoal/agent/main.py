@@ -1,0 +1,177 @@
+"""The agent: owns the processes on its node(s); the server owns the decisions.
+
+Three threads: a monitor reaps exits and enforces deadlines; a reporter ships logs and reports
+starts and exits (repeating exits until acknowledged); an order taker long-polls the server for
+launches and kills. If the server goes away, tasks keep running and reports wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from shoal.agent.resources import NodeSpec
+from shoal.agent.runner import Runner
+from shoal.agent.shipper import LogShipper
+from shoal.server.schemas import (
+    AgentNode,
+    LogUploadRequest,
+    LogUploadResponse,
+    OrdersRequest,
+    OrdersResponse,
+    ReportRequest,
+    ReportResponse,
+)
+
+log = logging.getLogger("shoal.agent")
+HEARTBEAT_S = 2.0
+SHIP_EVERY_S = 0.25
+ORDER_WAIT_S = 10.0
+
+
+class Agent:
+    def __init__(
+        self, server: str, token: str, home: Path, nodes: list[NodeSpec], agent_id: str
+    ) -> None:
+        self.server = server
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.home = home
+        self.nodes = nodes
+        self.agent_id = agent_id
+        self.runner = Runner(home, self._fetch_code)
+        self.shipper = LogShipper(self.runner, self._upload_logs)
+        self.report_now = threading.Event()
+        self.stopping = threading.Event()
+        self._report_client = self._client(10.0)
+        self._order_client = self._client(ORDER_WAIT_S + 10.0)
+        self._threads = [
+            threading.Thread(target=self._monitor, name="agent-monitor", daemon=True),
+            threading.Thread(target=self._reporter, name="agent-reporter", daemon=True),
+            threading.Thread(target=self._order_taker, name="agent-orders", daemon=True),
+        ]
+
+    def _client(self, timeout: float) -> httpx.Client:
+        return httpx.Client(base_url=self.server, headers=self.headers, timeout=timeout)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop every task, report the exits if the server listens, and end the threads."""
+        self.runner.stop_all(grace)
+        self.runner.poll()
+        try:
+            self.shipper.ship()
+            self._report()
+        except httpx.HTTPError:
+            pass
+        self.stopping.set()
+        self.report_now.set()
+        for thread in self._threads:
+            thread.join(timeout=0.5)  # the order taker may sit in a long poll: it is a daemon
+
+    # ---- threads ----
+
+    def _monitor(self) -> None:
+        last_sample = 0.0
+        while not self.stopping.is_set():
+            if self.runner.poll():
+                self.report_now.set()
+            if time.monotonic() - last_sample > 1.0:
+                self.runner.sample_usage()
+                last_sample = time.monotonic()
+            time.sleep(0.02)
+
+    def _reporter(self) -> None:
+        last_report = 0.0
+        last_running: set[str] = set()
+        backoff = 0.1
+        while not self.stopping.is_set():
+            urgent = self.report_now.wait(SHIP_EVERY_S)
+            self.report_now.clear()
+            try:
+                self.shipper.ship()
+                running = {r.attempt_id for r in self.runner.running_reports()}
+                due = time.monotonic() - last_report > HEARTBEAT_S
+                if urgent or due or running != last_running or self.runner.exit_reports():
+                    self._report()
+                    last_report, last_running = time.monotonic(), running
+                backoff = 0.1
+            except httpx.HTTPError as exc:
+                log.warning("server unreachable (%s); tasks keep running, retrying", exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _order_taker(self) -> None:
+        backoff = 0.1
+        while not self.stopping.is_set():
+            try:
+                orders = self._orders()
+                backoff = 0.1
+            except httpx.HTTPError:
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for order in orders.launch:
+                self.runner.launch(order)
+            for attempt_id in orders.kill:
+                self.runner.kill(attempt_id)
+            if orders.launch or orders.kill:
+                self.report_now.set()
+
+    # ---- calls ----
+
+    def _node_reports(self) -> list[AgentNode]:
+        return [
+            AgentNode(
+                name=n.name,
+                address=n.address,
+                cpu_millis=n.cpu_millis,
+                memory_mib=n.memory_mib,
+                gpu_indices=list(n.gpu_indices),
+                gpu_type=n.gpu_type,
+                port_low=n.port_low,
+                port_high=n.port_high,
+            )
+            for n in self.nodes
+        ]
+
+    def _report(self) -> None:
+        exits = self.runner.exit_reports()
+        request = ReportRequest(
+            agent_id=self.agent_id,
+            nodes=self._node_reports(),
+            running=self.runner.running_reports(),
+            exited=exits,
+        )
+        response = self._report_client.post("/api/v1/agent/report", json=request.model_dump())
+        response.raise_for_status()
+        result = ReportResponse.model_validate(response.json())
+        self.runner.acknowledge(result.acked)
+        for attempt_id in result.kill:
+            self.runner.kill(attempt_id)
+
+    def _orders(self) -> OrdersResponse:
+        request = OrdersRequest(
+            agent_id=self.agent_id,
+            nodes=[n.name for n in self.nodes],
+            known=self.runner.known(),
+            wait_s=ORDER_WAIT_S,
+        )
+        response = self._order_client.post("/api/v1/agent/orders", json=request.model_dump())
+        response.raise_for_status()
+        return OrdersResponse.model_validate(response.json())
+
+    def _upload_logs(self, request: LogUploadRequest) -> LogUploadResponse:
+        response = self._report_client.post("/api/v1/agent/logs", json=request.model_dump())
+        response.raise_for_status()
+        return LogUploadResponse.model_validate(response.json())
+
+    def _fetch_code(self, job_id: str) -> bytes | None:
+        response = self._report_client.get(f"/api/v1/agent/code/{job_id}")
+        return response.content if response.status_code == 200 else None

@@ -1,0 +1,281 @@
+"""Run task attempts as child processes, each in its own session (so its whole process tree can be
+signalled), in its own working directory, with stdout and stderr captured to files."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from shoal.server.schemas import ExitReport, LaunchOrder, RunningReport
+
+log = logging.getLogger("shoal.agent")
+SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
+PASSED_THROUGH = ("HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "TMPDIR", "TZ")
+
+
+@dataclass
+class Attempt:
+    order: LaunchOrder
+    workdir: Path
+    log_dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float | None = None
+    deadline: float | None = None  # time.monotonic() when the max runtime runs out
+    stop_requested: bool = False
+    timed_out: bool = False
+    term_sent_at: float | None = None
+    exit: ExitReport | None = None
+    logs_done: bool = False
+    usage: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def attempt_id(self) -> str:
+        return self.order.attempt_id
+
+    def log_path(self, stream: str) -> Path:
+        return self.log_dir / stream
+
+
+class Runner:
+    def __init__(self, home: Path, fetch_code: Callable[[str], bytes | None]) -> None:
+        self.home = home
+        self.fetch_code = fetch_code
+        self.lock = threading.RLock()
+        self.attempts: dict[str, Attempt] = {}
+        self._code_cache: dict[str, bytes | None] = {}
+        self.orphan_exits: dict[str, ExitReport] = {}  # kills of attempts never launched here
+
+    def known(self) -> list[str]:
+        with self.lock:
+            return [*self.attempts, *self.orphan_exits]
+
+    # ---- launching ----
+
+    def launch(self, order: LaunchOrder) -> None:
+        with self.lock:
+            if order.attempt_id in self.attempts:
+                return  # a repeated order: this agent already has it
+            base = self.home / "work" / order.job_id / f"{order.role}-{order.index}"
+            attempt = Attempt(order, base / order.attempt_id, base / f"{order.attempt_id}.logs")
+            self.attempts[order.attempt_id] = attempt
+        try:
+            self._start(attempt)
+        except Exception as exc:  # any launch problem is a platform failure, reported as such
+            log.warning("launch of %s failed: %s", order.attempt_id, exc)
+            self._finish(attempt, None, None, launch_error=str(exc))
+
+    def _start(self, attempt: Attempt) -> None:
+        order = attempt.order
+        if attempt.workdir.exists():
+            shutil.rmtree(attempt.workdir)
+        attempt.workdir.mkdir(parents=True)
+        attempt.log_dir.mkdir(parents=True, exist_ok=True)
+        if order.has_code:
+            self._unpack_code(order.job_id, attempt.workdir)
+        meta = attempt.workdir / ".shoal"
+        meta.mkdir(exist_ok=True)
+        (meta / "hostfile").write_text(order.hostfile)
+        env = self._environment(order, attempt.workdir)
+        with (
+            open(attempt.log_path("stdout"), "wb") as out,
+            open(attempt.log_path("stderr"), "wb") as err,
+        ):
+            attempt.proc = subprocess.Popen(
+                [SHELL, "-c", order.command],
+                cwd=attempt.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        attempt.started_at = time.time()
+        if order.deadline_s is not None:
+            attempt.deadline = time.monotonic() + order.deadline_s
+
+    def _environment(self, order: LaunchOrder, workdir: Path) -> dict[str, str]:
+        env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
+        own_bin = str(Path(sys.executable).parent)
+        env["PATH"] = f"{own_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        env.update(order.env)
+        env["SHOAL_HOSTFILE"] = str(workdir / ".shoal" / "hostfile")
+        env["SHOAL_WORKDIR"] = str(workdir)
+        env.setdefault("HOME", str(workdir))
+        return env
+
+    def _unpack_code(self, job_id: str, target: Path) -> None:
+        if job_id not in self._code_cache:
+            self._code_cache[job_id] = self.fetch_code(job_id)
+        data = self._code_cache[job_id]
+        if data is None:
+            raise RuntimeError(f"the code archive of job {job_id} could not be fetched")
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            archive.extractall(target, filter="data")
+
+    # ---- stopping ----
+
+    def kill(self, attempt_id: str, grace: float | None = None) -> None:
+        with self.lock:
+            attempt = self.attempts.get(attempt_id)
+            if attempt is None:
+                self.orphan_exits.setdefault(
+                    attempt_id,
+                    ExitReport(
+                        attempt_id=attempt_id,
+                        exit_code=None,
+                        stop_requested=True,
+                        finished_at=time.time(),
+                    ),
+                )
+                return
+        if attempt.exit is None and attempt.proc is None:
+            self._finish(attempt, None, None, stop=True)
+            return
+        if attempt.stop_requested or attempt.exit is not None:
+            return
+        attempt.stop_requested = True
+        self._terminate(attempt)
+
+    def _terminate(self, attempt: Attempt) -> None:
+        if attempt.proc is not None and attempt.term_sent_at is None:
+            _signal_group(attempt.proc.pid, signal.SIGTERM)
+            attempt.term_sent_at = time.monotonic()
+
+    # ---- watching ----
+
+    def poll(self) -> bool:
+        """Reap exits, enforce deadlines and grace periods; True when something exited."""
+        changed = False
+        now = time.monotonic()
+        with self.lock:
+            live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
+        for attempt in live:
+            assert attempt.proc is not None
+            code = attempt.proc.poll()
+            if code is not None:
+                _signal_group(attempt.proc.pid, signal.SIGKILL)  # leftovers of the tree
+                signo = -code if code < 0 else None
+                self._finish(attempt, None if code < 0 else code, signo)
+                changed = True
+                continue
+            if attempt.deadline is not None and now >= attempt.deadline and not attempt.timed_out:
+                attempt.timed_out = True
+                self._terminate(attempt)
+            grace = attempt.order.kill_grace_s
+            if attempt.term_sent_at is not None and now - attempt.term_sent_at >= grace:
+                _signal_group(attempt.proc.pid, signal.SIGKILL)
+        return changed
+
+    def _finish(
+        self,
+        attempt: Attempt,
+        exit_code: int | None,
+        signo: int | None,
+        launch_error: str | None = None,
+        stop: bool = False,
+    ) -> None:
+        attempt.exit = ExitReport(
+            attempt_id=attempt.attempt_id,
+            exit_code=exit_code,
+            signal=signo,
+            stop_requested=attempt.stop_requested or stop,
+            timed_out=attempt.timed_out,
+            launch_error=launch_error,
+            started_at=attempt.started_at,
+            finished_at=time.time(),
+            usage=dict(attempt.usage),
+        )
+
+    def sample_usage(self) -> None:
+        with self.lock:
+            live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
+        for attempt in live:
+            assert attempt.proc is not None
+            attempt.usage = _tree_usage(attempt.proc.pid, attempt.usage)
+
+    # ---- reporting ----
+
+    def running_reports(self) -> list[RunningReport]:
+        with self.lock:
+            return [
+                RunningReport(
+                    attempt_id=a.attempt_id,
+                    pid=a.proc.pid,
+                    started_at=a.started_at or time.time(),
+                    usage=dict(a.usage),
+                )
+                for a in self.attempts.values()
+                if a.exit is None and a.proc is not None
+            ]
+
+    def exit_reports(self) -> list[ExitReport]:
+        """Exits whose logs are all shipped (so a finished task's log is complete)."""
+        with self.lock:
+            done = [a.exit for a in self.attempts.values() if a.exit is not None and a.logs_done]
+            return [*done, *self.orphan_exits.values()]
+
+    def acknowledge(self, attempt_ids: list[str]) -> None:
+        with self.lock:
+            for attempt_id in attempt_ids:
+                self.orphan_exits.pop(attempt_id, None)
+                attempt = self.attempts.get(attempt_id)
+                if attempt is not None and attempt.exit is not None:
+                    del self.attempts[attempt_id]
+
+    def stop_all(self, grace: float) -> None:
+        """Stop every task (agent shutdown): SIGTERM, wait up to ``grace``, then SIGKILL."""
+        with self.lock:
+            live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
+        for attempt in live:
+            attempt.stop_requested = True
+            self._terminate(attempt)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(a.proc and a.proc.poll() is None for a in live):
+            time.sleep(0.05)
+        for attempt in live:
+            if attempt.proc is not None:
+                _signal_group(attempt.proc.pid, signal.SIGKILL)
+                attempt.proc.wait()
+
+
+def _signal_group(pid: int, signo: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signo)
+
+
+def _tree_usage(pid: int, previous: dict[str, float]) -> dict[str, float]:
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return previous
+    cpu = 0.0
+    rss = 0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            cpu += times.user + times.system + times.children_user + times.children_system
+            rss += process.memory_info().rss
+        except psutil.Error:
+            continue
+    rss_mib = rss / (1 << 20)
+    return {
+        "cpuSeconds": round(max(cpu, previous.get("cpuSeconds", 0.0)), 3),
+        "rssMiB": round(rss_mib, 1),
+        "maxRssMiB": round(max(rss_mib, previous.get("maxRssMiB", 0.0)), 1),
+        "processes": float(len(processes)),
+    }

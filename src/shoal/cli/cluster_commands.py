@@ -1,0 +1,196 @@
+"""``shoal up``, ``down``, ``status``, ``node list``, and the ``server``/``agent`` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
+from shoal.cli.render import console, err_console
+from shoal.local.supervisor import UpOptions, read_run, start_local, stop_local
+from shoal.server.settings import ServerSettings, default_home
+from shoal.spec import units
+
+node_app = typer.Typer(help="Nodes of the cluster.", no_args_is_help=True)
+
+
+def _memory(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return units.memory_mib(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}; {units.MEMORY_HINT}", param_hint="--memory") from None
+
+
+def up(
+    port: int = typer.Option(8476, "--port", help="Server port on 127.0.0.1 (0: any free port)."),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Simulated nodes."),
+    cpus: float | None = typer.Option(None, "--cpus", min=0.001, help="Cores per node."),
+    memory: str | None = typer.Option(None, "--memory", help="Memory per node: MiB or 4Gi."),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, max=64, help="GPUs per node."),
+    gpu_type: str | None = typer.Option(None, "--gpu-type", help="GPU type of every node."),
+    kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s)."),
+    foreground: bool = typer.Option(False, "--foreground", help="Stay attached; Ctrl-C stops."),
+) -> None:
+    """Start a local cluster: a server and an agent running N simulated nodes."""
+    home = default_home()
+    running = read_run(home)
+    if running is not None and client().health():
+        console.print(f"shoal is already running at {running.url} (stop it with `shoal down`)")
+        return
+    options = UpOptions(
+        home=home,
+        port=port,
+        nodes=nodes,
+        cpus=cpus,
+        memory_mib=_memory(memory),
+        gpus=gpus,
+        gpu_type=gpu_type,
+        kill_grace_s=kill_grace,
+    )
+    with console.status("starting the server and the agent..."):
+        try:
+            info = start_local(options)
+        except RuntimeError as exc:
+            stop_local(home)
+            raise fail(str(exc)) from None
+    console.print(f"shoal is up at [bold]{info.url}[/] with {nodes} node(s); state in {home}")
+    console.print(f"admin token: {home / 'admin.token'} (mode 0600)")
+    if foreground:
+        _stay_attached(home)
+
+
+def _stay_attached(home: Path) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    console.print("running in the foreground; press Ctrl-C to stop")
+    while not stop.wait(0.5):
+        info = read_run(home)
+        if info is None:
+            return
+    stop_local(home)
+    console.print("shoal is down")
+
+
+def down() -> None:
+    """Stop the local cluster started by `shoal up` (its tasks are stopped first)."""
+    home = default_home()
+    with console.status("stopping the agent (and its tasks) and the server..."):
+        info = stop_local(home)
+    if info is None:
+        console.print("shoal is not running")
+        return
+    console.print(f"shoal at {info.url} is down")
+
+
+@api_errors
+def status(output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Cluster status: server, nodes, resources in use, jobs by state."""
+    data = client().cluster()
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    totals, used = data["totals"], data["allocated"]
+    console.print(f"server: {data['url']} (shoal {data['version']})")
+    console.print(
+        f"nodes: {int(totals['nodes'])} ready · cpu {used['cpus']:g}/{totals['cpus']:g} · "
+        f"memory {used['memoryMiB']:g}/{totals['memoryMiB']:g} MiB · "
+        f"gpu {used['gpus']:g}/{totals['gpus']:g}"
+    )
+    console.print("jobs: " + ", ".join(f"{n} {s.lower()}" for s, n in data["jobs"].items() if n))
+
+
+@node_app.command("list")
+@api_errors
+def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Nodes with their capacity and what is allocated on them."""
+    nodes = client().nodes()
+    if output is OutputFormat.JSON:
+        print_json(nodes)
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("node", "address", "state", "cpu", "memory (MiB)", "gpu", "age of heartbeat"):
+        table.add_column(column)
+    for n in nodes:
+        a = n["allocated"]
+        table.add_row(
+            n["name"],
+            n["address"],
+            n["state"],
+            f"{a['cpus']:g}/{n['cpus']:g}",
+            f"{a['memoryMiB']:g}/{n['memoryMiB']}",
+            f"{a['gpus']:g}/{n['gpus']}" + (f" {n['gpuType']}" if n["gpuType"] else ""),
+            f"{max(time.time() - n['lastSeen'], 0):.1f}s",
+        )
+    console.print(table)
+
+
+def server(
+    home: Path = typer.Option(None, "--home", help="State directory (default $SHOAL_HOME)."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8476, "--port"),
+    kill_grace: float = typer.Option(10.0, "--kill-grace", min=0),
+    node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5),
+) -> None:
+    """Run the server in the foreground (what `shoal up` starts)."""
+    import uvicorn
+
+    from shoal.server.app import create_app, prepare
+
+    settings = ServerSettings(
+        home=home or default_home(),
+        host=host,
+        port=port,
+        kill_grace_s=kill_grace,
+        node_timeout_s=node_timeout,
+    )
+    ctx = prepare(settings)
+    info = settings.home / "server.json"
+    info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
+    uvicorn.run(
+        create_app(ctx),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=1,  # agents' long polls must not hold a shutdown
+    )
+
+
+def agent(
+    server_url: str = typer.Option(..., "--server", help="Server URL."),
+    token_file: Path = typer.Option(..., "--token-file", help="File holding the agent token."),
+    home: Path = typer.Option(..., "--home", help="Working directory for tasks."),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=64),
+    cpus: float | None = typer.Option(None, "--cpus", min=0.001),
+    memory: str | None = typer.Option(None, "--memory"),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, max=64),
+    gpu_type: str | None = typer.Option(None, "--gpu-type"),
+    address: str = typer.Option("127.0.0.1", "--address", help="Address peers reach tasks at."),
+    grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
+) -> None:
+    """Run an agent in the foreground (what `shoal up` starts)."""
+    from shoal.agent.main import Agent
+    from shoal.agent.resources import hostname, local_nodes
+
+    if not token_file.exists():
+        raise fail(f"token file {token_file} does not exist")
+    specs = local_nodes(nodes, cpus, _memory(memory), gpus, gpu_type, address)
+    home.mkdir(parents=True, exist_ok=True)
+    running = Agent(server_url, token_file.read_text().strip(), home, specs, f"{hostname()}:{home}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    running.start()
+    stop.wait()
+    err_console.print("agent stopping: ending its tasks")
+    running.stop(grace)

@@ -1,0 +1,69 @@
+"""What every remote command shares: finding the server, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+
+from shoal.cli.render import err_console
+from shoal.client import ShoalClient, ShoalError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class OutputFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+OUTPUT_OPTION = typer.Option(OutputFormat.TEXT, "--output", "-o", help="text or json.")
+
+
+def client() -> ShoalClient:
+    return ShoalClient.from_environment()
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[bold red]error[/]: {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def api_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn the server's "no" (or its absence) into one clear line and exit code 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except ShoalError as exc:
+            details = [
+                p.get("message", "") if isinstance(p, dict) else str(p) for p in exc.problems[:10]
+            ]
+            message = exc.message
+            if exc.code == "InvalidJobSpec" and details:
+                message = "the job file has errors:\n  " + "\n  ".join(
+                    _render_problem(p) for p in exc.problems[:20]
+                )
+            raise fail(message) from None
+
+    return wrapper
+
+
+def _render_problem(problem: Any) -> str:
+    if not isinstance(problem, dict):
+        return str(problem)
+    where = problem.get("path") or "(file)"
+    if problem.get("line"):
+        where += f" (line {problem['line']})"
+    hint = f"; {problem['hint']}" if problem.get("hint") else ""
+    return f"{where}: {problem.get('message')}{hint}"
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))

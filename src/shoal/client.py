@@ -1,0 +1,212 @@
+"""A small SDK for shoal's REST API (httpx), used by the CLI and usable from scripts.
+
+from shoal.client import ShoalClient
+client = ShoalClient.from_environment()
+job = client.submit(open("job.yaml").read())[0]
+client.wait(job["id"])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from shoal.server.settings import default_home
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+class ShoalError(Exception):
+    """The server said no (``status`` >= 400), with its code and message."""
+
+    def __init__(self, status: int, code: str, message: str, problems: list[Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.problems = problems or []
+
+
+class ServerUnavailable(ShoalError):
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            0,
+            "ServerUnavailable",
+            f"no shoal server answers at {url}; start one with `shoal up`",
+        )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    token: str | None
+
+
+def discover(home: Path | None = None) -> Endpoint:
+    """``$SHOAL_URL``/``$SHOAL_TOKEN``, else what ``shoal up`` wrote under ``$SHOAL_HOME``."""
+    home = home or default_home()
+    url = os.environ.get("SHOAL_URL")
+    if url is None:
+        info = home / "server.json"
+        url = json.loads(info.read_text())["url"] if info.exists() else "http://127.0.0.1:8476"
+    token = os.environ.get("SHOAL_TOKEN")
+    if token is None:
+        path = home / "admin.token"
+        token = path.read_text().strip() if path.exists() else None
+    return Endpoint(url, token)
+
+
+class ShoalClient:
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    @classmethod
+    def from_environment(cls, home: Path | None = None) -> ShoalClient:
+        endpoint = discover(home)
+        return cls(endpoint.url, endpoint.token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError:
+            raise ServerUnavailable(self.url) from None
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"code": "HttpError", "message": response.text[:500]}
+            raise ShoalError(
+                response.status_code,
+                str(body.get("code", "HttpError")),
+                str(body.get("message", body.get("detail", response.reason_phrase))),
+                body.get("problems"),
+            )
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    # ---- jobs ----
+
+    def submit(
+        self,
+        spec: str,
+        format: str = "auto",
+        params: dict[str, str] | None = None,
+        name: str | None = None,
+        virtual_cluster: str | None = None,
+        code_archive: str | None = None,
+    ) -> list[dict[str, Any]]:
+        body = {
+            "spec": spec,
+            "format": format,
+            "params": params or {},
+            "name": name,
+            "virtual_cluster": virtual_cluster,
+            "code_archive": code_archive,
+        }
+        result: list[dict[str, Any]] = self._call("POST", "/api/v1/jobs", json=body)
+        return result
+
+    def jobs(self, states: list[str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if states:
+            params["state"] = states
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/jobs", params=params)
+        return result
+
+    def job(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}")
+        return result
+
+    def stop(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/api/v1/jobs/{ref}/stop")
+        return result
+
+    def events(self, ref: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/api/v1/jobs/{ref}/events")
+        return result
+
+    def logs(
+        self,
+        ref: str,
+        role: str | None = None,
+        index: int = 0,
+        stream: str = "stdout",
+        offset: int = 0,
+        attempt: int | None = None,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"index": index, "stream": stream, "offset": offset}
+        if role is not None:
+            params["role"] = role
+        if attempt is not None:
+            params["attempt"] = attempt
+        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/logs", params=params)
+        return result
+
+    def follow_logs(
+        self,
+        ref: str,
+        role: str | None = None,
+        index: int = 0,
+        stream: str = "stdout",
+        poll_s: float = 0.3,
+        timeout_s: float | None = None,
+    ) -> Iterator[str]:
+        """Yield log text as it arrives until the task has finished and all of it was read."""
+        offset = 0
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                chunk = self.logs(ref, role, index, stream, offset)
+            except ShoalError as exc:
+                if exc.code != "NoTaskError":
+                    raise
+                chunk = {"data": "", "nextOffset": 0, "complete": False}  # not placed yet
+            if chunk["data"]:
+                yield chunk["data"]
+            offset = chunk["nextOffset"]
+            if chunk["complete"]:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            if not chunk["data"]:
+                time.sleep(poll_s)
+
+    def wait(self, ref: str, timeout_s: float = 3600.0, poll_s: float = 0.2) -> dict[str, Any]:
+        """Poll until the job reaches SUCCEEDED, FAILED or STOPPED."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(ref)
+            if job["state"] in TERMINAL:
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {ref} is still {job['state']} after {timeout_s}s")
+            time.sleep(poll_s)
+
+    # ---- cluster ----
+
+    def health(self) -> bool:
+        try:
+            return bool(self._call("GET", "/api/v1/health").get("status") == "ok")
+        except ShoalError:
+            return False
+
+    def cluster(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/api/v1/cluster")
+        return result
+
+    def nodes(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/nodes")
+        return result

@@ -1,0 +1,197 @@
+"""``shoal up`` / ``shoal down``: start and stop a local server and agent as background processes.
+
+Each runs in its own session, its PID recorded in ``$SHOAL_HOME/run.json``; ``down`` signals exactly
+those process groups (never anything found by name), agent first so it can stop its tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from shoal.client import ShoalClient
+from shoal.server.app import prepare
+from shoal.server.settings import ServerSettings
+
+RUN_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    home: Path
+    port: int = 8476
+    host: str = "127.0.0.1"
+    nodes: int = 1
+    cpus: float | None = None
+    memory_mib: int | None = None
+    gpus: int | None = None
+    gpu_type: str | None = None
+    kill_grace_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    url: str
+    server_pid: int
+    agent_pid: int
+    home: str
+    nodes: int
+    started_at: float
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex((host, port)) == 0
+
+
+def read_run(home: Path) -> RunInfo | None:
+    path = home / RUN_FILE
+    if not path.exists():
+        return None
+    try:
+        return RunInfo(**json.loads(path.read_text()))
+    except (ValueError, TypeError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"  # PID 1 here may not reap: a zombie is dead
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "shoal", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
+    """Prepare the store and tokens here, then start the server and the agent side by side."""
+    home = options.home
+    port = options.port or free_port(options.host)
+    if port_in_use(options.host, port):
+        raise RuntimeError(f"port {port} on {options.host} is in use; pick another with --port")
+    url = f"http://{options.host}:{port}"
+    prepare(ServerSettings(home=home, host=options.host, port=port)).db.dispose()
+    server_args = [
+        "server",
+        "--home",
+        str(home),
+        "--host",
+        options.host,
+        "--port",
+        str(port),
+        "--kill-grace",
+        str(options.kill_grace_s),
+    ]
+    server = _spawn(server_args, home / "server.log")
+    agent = _spawn(_agent_args(options, url), home / "agent.log")
+    info = RunInfo(url, server.pid, agent.pid, str(home), options.nodes, time.time())
+    (home / RUN_FILE).write_text(json.dumps(asdict(info)))
+    client = ShoalClient(url, None, timeout=2.0)
+    _wait(client.health, timeout_s, server, "the server did not start", home / "server.log")
+    admin = ShoalClient(url, (home / "admin.token").read_text().strip(), timeout=5.0)
+    _wait(
+        lambda: _ready_nodes(admin) >= options.nodes,
+        timeout_s,
+        agent,
+        "the agent did not register its nodes",
+        home / "agent.log",
+    )
+    return info
+
+
+def _agent_args(options: UpOptions, url: str) -> list[str]:
+    args = [
+        "agent",
+        "--server",
+        url,
+        "--home",
+        str(options.home / "agent"),
+        "--token-file",
+        str(options.home / "agent.token"),
+        "--nodes",
+        str(options.nodes),
+    ]
+    for flag, value in (
+        ("--cpus", options.cpus),
+        ("--memory", options.memory_mib),
+        ("--gpus", options.gpus),
+        ("--gpu-type", options.gpu_type),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _ready_nodes(client: ShoalClient) -> int:
+    return sum(1 for n in client.nodes() if n["state"] == "READY")
+
+
+def _wait(
+    ready: object, timeout_s: float, proc: subprocess.Popen[bytes], what: str, log: Path
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{what} (exit code {proc.returncode}); {log}:\n{tail}")
+        try:
+            if ready():  # type: ignore[operator]
+                return
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} within {timeout_s:.0f}s; see {log}")
+
+
+def _stop_group(pid: int, timeout_s: float) -> bool:
+    """SIGTERM the process group, wait, then SIGKILL it; True if it ended on SIGTERM."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    return False
+
+
+def stop_local(home: Path, grace_s: float = 15.0) -> RunInfo | None:
+    info = read_run(home)
+    if info is None:
+        return None
+    _stop_group(info.agent_pid, grace_s)  # the agent stops its tasks first
+    _stop_group(info.server_pid, 10.0)
+    (home / RUN_FILE).unlink(missing_ok=True)
+    (home / "server.json").unlink(missing_ok=True)
+    return info

@@ -1,0 +1,79 @@
+"""The server: FastAPI app, store migrations, tokens, and the scheduler loop."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from shoal import __version__
+from shoal.server.auth import ensure_token_file
+from shoal.server.context import ApiError, ServerContext
+from shoal.server.loop import SchedulerLoop
+from shoal.server.routers import agent, jobs, openpai, system
+from shoal.server.settings import ServerSettings
+from shoal.store.db import Database, sqlite_url
+
+ADMIN_TOKEN_FILE = "admin.token"
+AGENT_TOKEN_FILE = "agent.token"
+
+log = logging.getLogger("shoal.server")
+
+
+def prepare(settings: ServerSettings) -> ServerContext:
+    """Create the home directory, migrate the store and make sure the token files exist."""
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    db = Database(settings.database_url or sqlite_url(settings.home))
+    db.migrate()
+    ctx = ServerContext(settings=settings, db=db)
+    ensure_token_file(db, settings.home / ADMIN_TOKEN_FILE, "user", ctx.clock())
+    ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
+    return ctx
+
+
+def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
+    loop = SchedulerLoop(ctx)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if run_scheduler:
+            loop.start()
+        yield
+        if run_scheduler:
+            loop.stop()
+        ctx.agent_work.notify()
+
+    app = FastAPI(
+        title="shoal",
+        version=__version__,
+        description="A training-cluster manager for ML and RL teams.",
+        lifespan=lifespan,
+    )
+    app.state.context = ctx
+    app.include_router(system.router)
+    app.include_router(jobs.router)
+    app.include_router(agent.router)
+    app.include_router(openpai.router)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        body = {"code": exc.code, "message": exc.message, "problems": exc.problems}
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(body, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
+        ]
+        message = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
+        return JSONResponse(
+            {"code": "InvalidParametersError", "message": message, "problems": problems},
+            status_code=422,
+        )
+
+    return app

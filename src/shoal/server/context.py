@@ -1,0 +1,47 @@
+"""Everything a request handler or background loop needs, created once per server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shoal.core.snapshot import JobRequest
+from shoal.server.notify import Notifier
+from shoal.server.settings import ServerSettings
+from shoal.store.db import Database
+
+
+class ApiError(Exception):
+    """A "no" with a status, a stable code and a message the user sees."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        problems: list[dict[str, object]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.problems = problems or []
+
+
+@dataclass
+class ServerContext:
+    settings: ServerSettings
+    db: Database
+    clock: Callable[[], float] = time.time
+    scheduler_wake: Notifier = field(default_factory=Notifier)
+    agent_work: Notifier = field(default_factory=Notifier)
+    requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
+    seen_attempts: set[str] = field(default_factory=set)
+    started_at: float = field(default_factory=time.time)
+
+    def wake_scheduler(self) -> None:
+        self.scheduler_wake.notify()
+
+    def wake_agents(self) -> None:
+        self.agent_work.notify()

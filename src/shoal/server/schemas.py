@@ -1,0 +1,227 @@
+"""The REST API's request and response bodies (``/api/v1``). Changing them changes the OpenAPI
+snapshot, which a test guards."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FormatName = Literal["auto", "native", "pai", "pai-v1", "maro"]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    problems: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class SubmitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str = Field(description="The job file's text (any supported format).")
+    format: FormatName = "auto"
+    params: dict[str, str] = Field(default_factory=dict)
+    name: str | None = Field(None, description="Override the job name.")
+    virtual_cluster: str | None = None
+    code_archive: str | None = Field(
+        None, description="Base64 of a .tar.gz of the job's code directory."
+    )
+
+
+class ProblemOut(BaseModel):
+    path: str
+    message: str
+    hint: str | None = None
+    line: int | None = None
+
+
+class SubmittedJob(BaseModel):
+    id: str
+    name: str
+    state: str
+    warnings: list[ProblemOut] = Field(default_factory=list)
+
+
+class PendingReasonOut(BaseModel):
+    code: str
+    message: str
+    position: int | None = None
+
+
+class TaskOut(BaseModel):
+    role: str
+    index: int
+    attempt: int
+    job_attempt: int
+    state: str
+    node: str
+    address: str
+    gpus: list[int]
+    ports: dict[str, list[int]]
+    pid: int | None
+    exitCode: int | None
+    exitClass: str | None
+    diagnostics: str
+    startedAt: float | None
+    finishedAt: float | None
+    usage: dict[str, Any]
+
+
+class JobSummary(BaseModel):
+    id: str
+    name: str
+    user: str
+    virtualCluster: str
+    state: str
+    priorityClass: str
+    submittedAt: float
+    launchedAt: float | None
+    completedAt: float | None
+    attempt: int
+    taskCount: int
+    gpus: int
+    exitClass: str | None
+    exitCode: int | None
+    pending: PendingReasonOut | None = None
+
+
+class JobDetail(JobSummary):
+    diagnostics: str
+    format: str
+    roles: list[dict[str, Any]]
+    tasks: list[TaskOut]
+
+
+class EventOut(BaseModel):
+    at: float
+    kind: str
+    message: str
+    role: str | None = None
+    index: int | None = None
+
+
+class LogChunk(BaseModel):
+    role: str
+    index: int
+    attempt: int
+    stream: Literal["stdout", "stderr"]
+    offset: int
+    nextOffset: int
+    data: str
+    complete: bool = Field(description="True once the task has finished and all of it was read.")
+
+
+class NodeOut(BaseModel):
+    name: str
+    address: str
+    state: str
+    schedulable: bool
+    cpus: float
+    memoryMiB: int
+    gpus: int
+    gpuType: str | None
+    allocated: dict[str, float]
+    lastSeen: float
+    usage: dict[str, Any]
+
+
+class ClusterStatus(BaseModel):
+    url: str
+    version: str
+    nodes: list[NodeOut]
+    totals: dict[str, float]
+    allocated: dict[str, float]
+    jobs: dict[str, int]
+
+
+class StopResult(BaseModel):
+    id: str
+    state: str
+
+
+# ---- agent protocol ----
+
+
+class AgentNode(BaseModel):
+    name: str
+    address: str
+    cpu_millis: int
+    memory_mib: int
+    gpu_indices: list[int]
+    gpu_type: str | None = None
+    port_low: int
+    port_high: int
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunningReport(BaseModel):
+    attempt_id: str
+    pid: int
+    started_at: float
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExitReport(BaseModel):
+    attempt_id: str
+    exit_code: int | None
+    signal: int | None = None
+    stop_requested: bool = False
+    timed_out: bool = False
+    launch_error: str | None = None
+    started_at: float | None = None
+    finished_at: float
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReportRequest(BaseModel):
+    agent_id: str
+    nodes: list[AgentNode]
+    running: list[RunningReport] = Field(default_factory=list)
+    exited: list[ExitReport] = Field(default_factory=list)
+
+
+class ReportResponse(BaseModel):
+    acked: list[str] = Field(default_factory=list)
+    kill: list[str] = Field(default_factory=list, description="Attempts that must not run.")
+
+
+class OrdersRequest(BaseModel):
+    agent_id: str
+    nodes: list[str]
+    known: list[str] = Field(default_factory=list, description="Attempts the agent already has.")
+    wait_s: float = Field(0.0, ge=0, le=30)
+
+
+class LaunchOrder(BaseModel):
+    attempt_id: str
+    job_id: str
+    role: str
+    index: int
+    node: str
+    command: str
+    env: dict[str, str]
+    hostfile: str
+    has_code: bool
+    deadline_s: float | None = None
+    kill_grace_s: float
+
+
+class OrdersResponse(BaseModel):
+    launch: list[LaunchOrder] = Field(default_factory=list)
+    kill: list[str] = Field(default_factory=list)
+
+
+class LogUpload(BaseModel):
+    attempt_id: str
+    stream: Literal["stdout", "stderr"]
+    offset: int = Field(ge=0)
+    data: str = Field(description="Base64 of the bytes at this offset.")
+
+
+class LogUploadRequest(BaseModel):
+    chunks: list[LogUpload]
+
+
+class LogUploadResponse(BaseModel):
+    sizes: dict[str, dict[str, int]]

@@ -1,0 +1,91 @@
+"""Write a ``Plan`` to the store with guarded updates: a decision made on a stale snapshot (the job
+changed since) is dropped, never half-applied."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from shoal.core.plan import Admission, PendingReason, Plan
+from shoal.core.states import JobEvent, State, advance_job
+from shoal.server.context import ServerContext
+from shoal.server.services.events import record
+from shoal.store.models import Job, Task
+
+
+def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
+    """Apply ``plan``; returns how many jobs were admitted."""
+    now = ctx.clock()
+    admitted = 0
+    with ctx.db.write() as session:
+        for admission in plan.admissions:
+            job = _current(session, admission.job_id, versions)
+            if job is not None:
+                _admit(session, job, admission, now)
+                admitted += 1
+        for pending in plan.pending:
+            job = _current(session, pending.job_id, versions)
+            if job is not None:
+                _mark_pending(session, job, pending.reason, pending.position, now)
+        for never in plan.infeasible:
+            job = _current(session, never.job_id, versions)
+            if job is not None:
+                _mark_pending(session, job, never.reason, None, now)
+    if admitted:
+        ctx.wake_agents()
+    return admitted
+
+
+def _current(session: Session, job_id: str, versions: dict[str, int]) -> Job | None:
+    job = session.get(Job, job_id)
+    if job is None or job.version != versions.get(job_id) or job.state != State.WAITING.value:
+        return None
+    if job.completing is not None or job.stop_requested:
+        return None
+    return job
+
+
+def _admit(session: Session, job: Job, admission: Admission, now: float) -> None:
+    job.state = advance_job(State.WAITING, JobEvent.ADMITTED).value
+    job.version += 1
+    job.attempt += 1
+    job.launched_at = job.launched_at or now
+    job.pending_code = job.pending_message = None
+    job.pending_position = None
+    nodes = sorted({p.node for p in admission.placements})
+    for placement in admission.placements:
+        session.add(
+            Task(
+                job_id=job.id,
+                job_attempt=job.attempt,
+                role=placement.role,
+                index=placement.index,
+                attempt=1,
+                state=State.WAITING.value,
+                node=placement.node,
+                address=placement.address,
+                cpu_millis=placement.resources.cpu_millis,
+                memory_mib=placement.resources.memory_mib,
+                gpu_indices=list(placement.gpu_indices),
+                ports=[[label, list(ports)] for label, ports in placement.ports],
+                created_at=now,
+            )
+        )
+    record(
+        session,
+        job.id,
+        now,
+        "placed",
+        f"attempt {job.attempt}: all {len(admission.placements)} tasks placed on "
+        f"{', '.join(nodes)}",
+    )
+
+
+def _mark_pending(
+    session: Session, job: Job, reason: PendingReason, position: int | None, now: float
+) -> None:
+    changed = job.pending_code != reason.code.value or job.pending_message != reason.message
+    job.pending_code = reason.code.value
+    job.pending_message = reason.message
+    job.pending_position = position
+    if changed:
+        record(session, job.id, now, "pending", f"{reason.code.value}: {reason.message}")

@@ -1,0 +1,219 @@
+"""Job use cases: submit (durable before the answer), stop, look up, list."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from shoal.core.plan import InfeasibleJob
+from shoal.core.scheduler import schedule
+from shoal.core.snapshot import ClusterSnapshot
+from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
+from shoal.planning import job_request
+from shoal.server.auth import Principal
+from shoal.server.context import ApiError, ServerContext
+from shoal.server.schemas import SubmitRequest
+from shoal.server.services.events import record
+from shoal.server.services.snapshot import load_nodes
+from shoal.spec.errors import SpecError
+from shoal.spec.loader import load_job_text
+from shoal.spec.model import JOB_NAME_RE, JobSpec, SourceFormat
+from shoal.store.models import Job, Task
+
+ACTIVE = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
+
+
+def parse_submission(
+    request: SubmitRequest,
+) -> tuple[SourceFormat, list[JobSpec], list[dict[str, object]]]:
+    fmt = None if request.format == "auto" else SourceFormat(request.format)
+    try:
+        parsed = load_job_text(request.spec, request.params, fmt)
+    except SpecError as exc:
+        raise ApiError(
+            400,
+            "InvalidJobSpec",
+            "the job file has errors: " + "; ".join(p.render() for p in exc.problems[:5]),
+            [p.to_dict() for p in exc.problems],
+        ) from None
+    jobs = list(parsed.jobs)
+    if request.name is not None:
+        if not JOB_NAME_RE.match(request.name):
+            raise ApiError(
+                400,
+                "InvalidJobName",
+                f"job name {request.name!r} is not valid: use "
+                "letters, digits, '_', '.' or '-', starting with a letter or digit",
+            )
+        if len(jobs) > 1:
+            raise ApiError(400, "InvalidJobName", "--name cannot rename the jobs of a schedule")
+        jobs = [jobs[0].model_copy(update={"name": request.name})]
+    return parsed.format, jobs, [w.to_dict() for w in parsed.warnings]
+
+
+def _never_fits(ctx: ServerContext, session: Session, spec: JobSpec) -> InfeasibleJob | None:
+    nodes = load_nodes(session, include_lost=True)
+    if not nodes:
+        return None  # no node has joined yet: nothing to judge against
+    plan = schedule(ClusterSnapshot(tuple(nodes), (job_request(spec, "check"),)), ctx.clock())
+    return plan.infeasible[0] if plan.infeasible else None
+
+
+def decode_archive(ctx: ServerContext, archive: str | None) -> bytes | None:
+    if archive is None:
+        return None
+    try:
+        data = base64.b64decode(archive, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "InvalidCodeArchive", "code_archive is not valid base64") from None
+    if len(data) > ctx.settings.max_upload_bytes:
+        raise ApiError(
+            413,
+            "CodeArchiveTooLarge",
+            f"the code archive is {len(data)} bytes; the limit is {ctx.settings.max_upload_bytes}",
+        )
+    return data
+
+
+def store_archive(ctx: ServerContext, job_id: str, data: bytes) -> Path:
+    path = ctx.settings.code_dir / f"{job_id}.tar.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return path
+
+
+def submit(
+    ctx: ServerContext, principal: Principal, request: SubmitRequest
+) -> tuple[list[str], list[dict[str, object]], str]:
+    """Store the job(s); returns their ids, the warnings and the first job's name."""
+    fmt, specs, warnings = parse_submission(request)
+    archive = decode_archive(ctx, request.code_archive)
+    now = ctx.clock()
+    ids: list[str] = []
+    with ctx.db.write() as session:
+        for spec in specs:
+            _check_conflicts(ctx, session, principal, spec)
+            seq = (session.scalar(select(func.max(Job.seq))) or 0) + 1
+            job_id = str(seq)
+            if archive is not None:
+                store_archive(ctx, job_id, archive)
+            vc = request.virtual_cluster or spec.virtual_cluster or "default"
+            session.add(_new_job(job_id, seq, spec, principal, vc, fmt, request, now))
+            session.flush()
+            record(
+                session,
+                job_id,
+                now,
+                "queued",
+                f"submitted by {principal.user} to virtual cluster {vc}",
+            )
+            ids.append(job_id)
+    ctx.wake_scheduler()
+    return ids, warnings, specs[0].name
+
+
+def _check_conflicts(
+    ctx: ServerContext, session: Session, principal: Principal, spec: JobSpec
+) -> None:
+    clash = session.scalar(
+        select(Job.id).where(
+            Job.user == principal.user, Job.name == spec.name, Job.state.in_(ACTIVE)
+        )
+    )
+    if clash is not None:
+        raise ApiError(
+            409,
+            "ConflictJobError",
+            f"you already have an active job named {spec.name!r} (id {clash}); "
+            "wait for it, stop it, or submit with another --name",
+        )
+    verdict = _never_fits(ctx, session, spec)
+    if verdict is not None:
+        raise ApiError(422, "NeverFits", verdict.reason.message)
+
+
+def _new_job(
+    job_id: str,
+    seq: int,
+    spec: JobSpec,
+    principal: Principal,
+    vc: str,
+    fmt: SourceFormat,
+    request: SubmitRequest,
+    now: float,
+) -> Job:
+    return Job(
+        id=job_id,
+        seq=seq,
+        name=spec.name,
+        user=principal.user,
+        virtual_cluster=vc,
+        state=State.WAITING.value,
+        version=1,
+        priority=spec.priority_class.rank,
+        priority_class=spec.priority_class.value,
+        submitted_at=now,
+        attempt=0,
+        job_retry_count=spec.job_retry_count,
+        source_format=fmt.value,
+        source_text=request.spec,
+        spec=spec.model_dump(mode="json", exclude={"secrets"}),
+        secrets=dict(spec.secrets),
+        has_code=request.code_archive is not None,
+    )
+
+
+def find_job(session: Session, principal: Principal, ref: str) -> Job:
+    """A job by id, or the newest job of this user with that name."""
+    job = session.get(Job, ref)
+    if job is None:
+        job = session.scalar(
+            select(Job).where(Job.user == principal.user, Job.name == ref).order_by(Job.seq.desc())
+        )
+    if job is None or not (principal.is_admin or job.user == principal.user):
+        raise ApiError(404, "NoJobError", f"no job {ref!r}")
+    return job
+
+
+def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
+    now = ctx.clock()
+    with ctx.db.write() as session:
+        job = find_job(session, principal, ref)
+        state = State(job.state)
+        if state.is_terminal or state is State.STOPPING:
+            return job
+        job.stop_requested = True
+        job.version += 1
+        if state is State.WAITING and job.completing is None:
+            job.state = advance_job(state, JobEvent.STOP_REQUESTED).value
+            job.completed_at = now
+            job.exit_class = "STOPPED"
+            job.pending_code = job.pending_message = None
+            job.pending_position = None
+            record(session, job.id, now, "stopped", f"stopped by {principal.user} while waiting")
+        else:
+            job.state = State.STOPPING.value if state is State.RUNNING else job.state
+            request_kill(session, job.id)
+            record(session, job.id, now, "stopping", f"stop requested by {principal.user}")
+    ctx.wake_agents()
+    ctx.wake_scheduler()
+    return job
+
+
+def request_kill(session: Session, job_id: str) -> None:
+    """Ask the agents to end every unfinished task of the job."""
+    for task in session.scalars(select(Task).where(Task.job_id == job_id)):
+        state = State(task.state)
+        if state.is_terminal:
+            continue
+        task.kill_requested = True
+        if state is State.RUNNING:
+            task.state = advance_task(state, TaskEvent.STOP_REQUESTED).value

@@ -1,0 +1,86 @@
+"""Task logs on the server: appended in ordered, offset-checked chunks shipped by agents, so a
+repeated upload is harmless and logs outlive the task, the node and a server restart."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from pathlib import Path
+
+from shoal.core.states import State
+from shoal.server.context import ApiError, ServerContext
+from shoal.server.schemas import LogChunk, LogUploadRequest, LogUploadResponse
+from shoal.server.services.agents import task_by_attempt
+from shoal.store.models import Task
+
+MAX_READ = 1024 * 1024
+STREAMS = ("stdout", "stderr")
+
+
+def log_path(ctx: ServerContext, task: Task, attempt: int, stream: str) -> Path:
+    return (
+        ctx.settings.logs_dir
+        / task.job_id
+        / f"{task.role}-{task.index}"
+        / f"{task.job_attempt}.{attempt}"
+        / stream
+    )
+
+
+def append_chunks(ctx: ServerContext, request: LogUploadRequest) -> LogUploadResponse:
+    sizes: dict[str, dict[str, int]] = {}
+    with ctx.db.read() as session:
+        for chunk in request.chunks:
+            task = task_by_attempt(session, chunk.attempt_id)
+            if task is None:
+                continue
+            path = log_path(ctx, task, task.attempt, chunk.stream)
+            try:
+                data = base64.b64decode(chunk.data, validate=True)
+            except (binascii.Error, ValueError):
+                raise ApiError(400, "InvalidLogChunk", "log data is not base64") from None
+            size = _append_at(path, chunk.offset, data)
+            sizes.setdefault(chunk.attempt_id, {})[chunk.stream] = size
+    return LogUploadResponse(sizes=sizes)
+
+
+def _append_at(path: Path, offset: int, data: bytes) -> int:
+    """Append ``data`` if it starts where the file ends; return the file's size either way."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = path.stat().st_size if path.exists() else 0
+    if offset > size or offset + len(data) <= size:
+        return size  # a gap (agent must resend from ``size``) or already stored
+    with open(path, "ab") as handle:
+        handle.write(data[size - offset :])
+        handle.flush()
+        os.fsync(handle.fileno())
+    return offset + len(data)
+
+
+def read_chunk(
+    ctx: ServerContext, task: Task, stream: str, offset: int, attempt: int | None
+) -> LogChunk:
+    which = attempt or task.attempt
+    if which < 1 or which > task.attempt:
+        raise ApiError(404, "NoTaskLogError", f"task has no attempt {which}")
+    path = log_path(ctx, task, which, stream)
+    data = b""
+    size = 0
+    if path.exists():
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            handle.seek(min(offset, size))
+            data = handle.read(MAX_READ)
+    next_offset = min(offset, size) + len(data)
+    finished = which < task.attempt or State(task.state).is_terminal
+    return LogChunk(
+        role=task.role,
+        index=task.index,
+        attempt=which,
+        stream=stream,
+        offset=offset,
+        nextOffset=next_offset,
+        data=data.decode("utf-8", errors="replace"),
+        complete=finished and next_offset >= size,
+    )

@@ -1,0 +1,84 @@
+"""Turn store rows into API bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.server.schemas import EventOut, JobDetail, JobSummary, PendingReasonOut, TaskOut
+from shoal.store.models import Event, Job, Task
+
+
+def job_summary(job: Job) -> JobSummary:
+    roles = job.spec.get("roles", [])
+    pending = None
+    if job.pending_code is not None:
+        pending = PendingReasonOut(
+            code=job.pending_code,
+            message=job.pending_message or "",
+            position=job.pending_position,
+        )
+    return JobSummary(
+        id=job.id,
+        name=job.name,
+        user=job.user,
+        virtualCluster=job.virtual_cluster,
+        state=job.state,
+        priorityClass=job.priority_class,
+        submittedAt=job.submitted_at,
+        launchedAt=job.launched_at,
+        completedAt=job.completed_at,
+        attempt=job.attempt,
+        taskCount=sum(r["instances"] for r in roles),
+        gpus=sum(r["instances"] * r["resources"]["gpu"] for r in roles),
+        exitClass=job.exit_class,
+        exitCode=job.exit_code,
+        pending=pending,
+    )
+
+
+def task_out(task: Task) -> TaskOut:
+    return TaskOut(
+        role=task.role,
+        index=task.index,
+        attempt=task.attempt,
+        job_attempt=task.job_attempt,
+        state=task.state,
+        node=task.node,
+        address=task.address,
+        gpus=list(task.gpu_indices),
+        ports={label: list(ports) for label, ports in task.ports},
+        pid=task.pid,
+        exitCode=task.exit_code,
+        exitClass=task.exit_class,
+        diagnostics=task.diagnostics,
+        startedAt=task.started_at,
+        finishedAt=task.finished_at,
+        usage=dict(task.usage),
+    )
+
+
+def current_tasks(session: Session, job: Job) -> Sequence[Task]:
+    return session.scalars(
+        select(Task).where(Task.job_id == job.id, Task.job_attempt == job.attempt).order_by(Task.id)
+    ).all()
+
+
+def job_detail(session: Session, job: Job) -> JobDetail:
+    summary = job_summary(job)
+    return JobDetail(
+        **summary.model_dump(),
+        diagnostics=job.diagnostics,
+        format=job.source_format,
+        roles=list(job.spec.get("roles", [])),
+        tasks=[task_out(t) for t in current_tasks(session, job)],
+    )
+
+
+def job_events(session: Session, job: Job) -> list[EventOut]:
+    rows = session.scalars(select(Event).where(Event.job_id == job.id).order_by(Event.id))
+    return [
+        EventOut(at=e.at, kind=e.kind, message=e.message, role=e.role, index=e.index) for e in rows
+    ]

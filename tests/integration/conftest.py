@@ -1,0 +1,80 @@
+"""A real local cluster per test module: server and agent processes on a free loopback port, with
+a temporary ``SHOAL_HOME``; torn down by PID (their own process groups) afterwards."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from shoal.client import ShoalClient, ShoalError
+from shoal.local.supervisor import RunInfo, UpOptions, alive, start_local, stop_local
+
+
+@dataclass
+class LocalCluster:
+    home: Path
+    info: RunInfo
+    client: ShoalClient
+
+    def submit(self, text: str, **kwargs: object) -> str:
+        return str(self.client.submit(text, **kwargs)[0]["id"])  # type: ignore[arg-type]
+
+    def wait(self, job_id: str, timeout_s: float = 60.0) -> dict[str, object]:
+        return self.client.wait(job_id, timeout_s=timeout_s, poll_s=0.05)
+
+    def wait_for(self, what: Callable[[], bool], timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if what():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"condition not met within {timeout_s}s")
+
+    def output_so_far(self, job_id: str, role: str, index: int = 0) -> str:
+        try:
+            return str(self.client.logs(job_id, role, index)["data"])
+        except ShoalError:
+            return ""  # not placed yet
+
+    def log(self, job_id: str, role: str, index: int = 0, stream: str = "stdout") -> str:
+        return "".join(self.client.follow_logs(job_id, role, index, stream, timeout_s=30))
+
+
+def start_cluster(home: Path, **options: object) -> LocalCluster:
+    settings = {
+        "port": 0,
+        "nodes": 2,
+        "cpus": 4.0,
+        "memory_mib": 8192,
+        "gpus": 2,
+        "kill_grace_s": 2.0,
+        **options,
+    }
+    info = start_local(UpOptions(home=home, **settings), timeout_s=60)  # type: ignore[arg-type]
+    token = (home / "admin.token").read_text().strip()
+    return LocalCluster(home, info, ShoalClient(info.url, token))
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    home = tmp_path / "shoal-home"
+    running = start_cluster(home)
+    try:
+        yield running
+    finally:
+        running.client.close()
+        stop_local(home, grace_s=10)
+        for pid in (running.info.server_pid, running.info.agent_pid):
+            assert not alive(pid), f"process {pid} outlived `shoal down`"
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("SHOAL_"):
+            monkeypatch.delenv(key)
