@@ -142,9 +142,7 @@ def server(
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5),
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
-    import uvicorn
-
-    from shoal.server.app import create_app, prepare
+    from shoal.server.app import make_server, prepare
 
     settings = ServerSettings(
         home=home or default_home(),
@@ -156,14 +154,7 @@ def server(
     ctx = prepare(settings)
     info = settings.home / "server.json"
     info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
-    uvicorn.run(
-        create_app(ctx),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=1,  # agents' long polls must not hold a shutdown
-    )
+    make_server(ctx).run()
 
 
 def agent(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from shoal import __version__
-from shoal.cli import cluster_commands, job_remote
+from shoal.cli import cluster_commands, job_remote, run_command
 from shoal.cli.job_commands import job_app
 
 app = typer.Typer(
@@ -20,6 +20,7 @@ app.add_typer(cluster_commands.node_app, name="node")
 app.command()(cluster_commands.up)
 app.command()(cluster_commands.down)
 app.command()(cluster_commands.status)
+app.command()(run_command.run)
 app.command(hidden=True)(cluster_commands.server)
 app.command(hidden=True)(cluster_commands.agent)
 assert job_remote  # registers `job submit|list|status|logs|stop|events`

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import FrameType
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -77,3 +79,31 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         )
 
     return app
+
+
+class ShoalServer(uvicorn.Server):
+    """uvicorn's server, telling shoal's long polls to answer as soon as shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, ctx: ServerContext) -> None:
+        super().__init__(config)
+        self.ctx = ctx
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.ctx.close()
+        super().handle_exit(sig, frame)
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.should_exit = True
+
+
+def make_server(ctx: ServerContext, log_level: str = "warning") -> ShoalServer:
+    config = uvicorn.Config(
+        create_app(ctx),
+        host=ctx.settings.host,
+        port=ctx.settings.port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return ShoalServer(config, ctx)

@@ -39,9 +39,15 @@ class ServerContext:
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     started_at: float = field(default_factory=time.time)
+    closing: bool = False  # set when the server shuts down: long polls answer at once
 
     def wake_scheduler(self) -> None:
         self.scheduler_wake.notify()
 
     def wake_agents(self) -> None:
         self.agent_work.notify()
+
+    def close(self) -> None:
+        self.closing = True
+        self.agent_work.notify()
+        self.scheduler_wake.notify()

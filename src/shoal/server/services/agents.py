@@ -51,7 +51,7 @@ def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     """Launch and kill orders for the agent's nodes, waiting up to ``wait_s`` for some."""
     seen = ctx.agent_work.generation
     response = _orders(ctx, request)
-    if not response.launch and not response.kill and request.wait_s > 0:
+    if not response.launch and not response.kill and request.wait_s > 0 and not ctx.closing:
         ctx.agent_work.wait(seen, request.wait_s)
         response = _orders(ctx, request)
     return response

@@ -1,0 +1,54 @@
+"""``shoal run FILE``: run one job in the foreground with no server, streaming its output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from shoal.cli.common import fail
+from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, parse_params
+from shoal.cli.render import console, err_console
+from shoal.client import ShoalError
+
+
+def run(
+    file: Path = typer.Argument(..., help="Job file (shoal, OpenPAI v2/v1 or MARO)."),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Simulated nodes."),
+    cpus: float | None = typer.Option(None, "--cpus", min=0.001, help="Cores per node."),
+    memory: str | None = typer.Option(None, "--memory", help="Memory per node."),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, max=64, help="GPUs per node."),
+    fmt: FormatChoice = FORMAT_OPTION,
+    param: list[str] | None = PARAM_OPTION,
+    keep: bool = typer.Option(False, "--keep", help="Keep the temporary state directory."),
+) -> None:
+    """Run a job here and now; exit code 0 if it succeeds, 1 if not."""
+    from shoal.cli.cluster_commands import _memory
+    from shoal.cli.job_remote import _local_code_dir, code_archive
+    from shoal.local.foreground import EmbeddedCluster, RunOptions, stream_until_done
+
+    params = parse_params(param)
+    code_dir = _local_code_dir(file, fmt, params)
+    archive = code_archive(code_dir) if code_dir is not None else None
+    options = RunOptions(nodes=nodes, cpus=cpus, memory_mib=_memory(memory), gpus=gpus, keep=keep)
+    with EmbeddedCluster(options) as cluster:
+        try:
+            submitted = cluster.client.submit(
+                file.read_text(encoding="utf-8"), fmt.value, params, None, None, archive
+            )
+        except ShoalError as exc:
+            raise fail(exc.message) from None
+        job_id = submitted[0]["id"]
+        try:
+            job = stream_until_done(cluster.client, job_id)
+        except KeyboardInterrupt:
+            err_console.print("stopping the job...")
+            cluster.client.stop(job_id)
+            cluster.client.wait(job_id, timeout_s=60)
+            raise typer.Exit(130) from None
+        if keep:
+            console.print(f"state kept in {cluster.home}")
+    note = f": {job['diagnostics']}" if job.get("diagnostics") else ""
+    err_console.print(f"job {job['name']} {job['state']}{note}")
+    if job["state"] != "SUCCEEDED":
+        raise typer.Exit(1)
