@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
+import psutil
 import typer
 
 from shoal.cli.common import fail
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, parse_params
 from shoal.cli.render import console, err_console
 from shoal.client import ShoalError
+
+
+def _job_needs(
+    file: Path, fmt: FormatChoice, params: dict[str, str], nodes: int
+) -> tuple[float, int]:
+    """Per-node cpu and memory that fit the whole job: a local run sizes its nodes to the job
+    (tasks share this machine's cores, as MARO's process mode did) unless told otherwise."""
+    from shoal.spec.loader import load_job_file
+    from shoal.spec.model import SourceFormat
+
+    spec = load_job_file(
+        file, params, None if fmt is FormatChoice.AUTO else SourceFormat(fmt.value)
+    ).jobs[0]
+    cpu = sum(r.instances * r.resources.cpu_millis for r in spec.roles) / 1000
+    memory = sum(r.instances * r.resources.memory_mib for r in spec.roles)
+    return math.ceil(cpu / nodes * 10) / 10, math.ceil(memory / nodes)
 
 
 def run(
@@ -30,7 +49,13 @@ def run(
     params = parse_params(param)
     code_dir = _local_code_dir(file, fmt, params)
     archive = code_archive(code_dir) if code_dir is not None else None
-    options = RunOptions(nodes=nodes, cpus=cpus, memory_mib=_memory(memory), gpus=gpus, keep=keep)
+    memory_mib = _memory(memory)
+    if cpus is None or memory_mib is None:
+        need_cpus, need_memory = _job_needs(file, fmt, params, nodes)
+        cpus = cpus if cpus is not None else max(float(os.cpu_count() or 1), need_cpus)
+        if memory_mib is None:
+            memory_mib = max(psutil.virtual_memory().total >> 20, need_memory)
+    options = RunOptions(nodes=nodes, cpus=cpus, memory_mib=memory_mib, gpus=gpus, keep=keep)
     with EmbeddedCluster(options) as cluster:
         try:
             submitted = cluster.client.submit(
