@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shoal.core.envcontract import EnvJob, EnvRole, JobEnvironment
+from shoal.core.feasibility import could_fit
 from shoal.core.placement import NodePool, PlacementFailure
 from shoal.core.plan import Plan, ReasonCode, TaskPlacement
 from shoal.core.resources import ZERO, ResourceVector
@@ -251,9 +252,12 @@ def test_h_infeasible_jobs_really_cannot_fit(snapshot: ClusterSnapshot) -> None:
     for pending in plan.pending:  # waiting jobs could run on the idle cluster
         if pending.reason.code is not ReasonCode.NO_SCHEDULABLE_NODES:
             idle = NodePool(snapshot.nodes, include_unschedulable=True)
-            assert not isinstance(
-                idle.place_job(jobs[pending.job_id], commit=False), PlacementFailure
-            )
+            job = jobs[pending.job_id]
+            if isinstance(idle.place_job(job, commit=False), PlacementFailure):
+                # greedy packing is inexact for mixed roles: such a job may only wait when the
+                # exhaustive search found a placement or could not decide in its budget
+                assert len(job.roles) > 1
+                assert could_fit(snapshot.nodes, job) is not False
     if not any(n.schedulable for n in snapshot.nodes):
         return
     # For a one-role job the verdict can be checked exactly, without NodePool: identical tasks fit

@@ -10,11 +10,11 @@ GPUs first. Ties break by node name, which makes every decision deterministic.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from shoal.core.plan import TaskPlacement
-from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import JobRequest, NodeState, RoleRequest, TaskAllocation
 
 
@@ -101,10 +101,26 @@ class NodePool:
     def place_job(
         self, job: JobRequest, *, commit: bool = True
     ) -> list[TaskPlacement] | PlacementFailure:
-        """Place every task of ``job`` or none (``commit=False``: only try, change nothing)."""
+        """Place every task of ``job`` or none (``commit=False``: only try, change nothing).
+
+        Roles go largest first. Greedy packing of a multi-role gang can miss a placement that
+        exists, so if it fails, a few other role orders are tried before giving up.
+        """
+        first_failure: PlacementFailure | None = None
+        for order in role_orders(job.roles):
+            result = self._place_in_order(job, order, commit)
+            if not isinstance(result, PlacementFailure):
+                return result
+            first_failure = first_failure or result
+        assert first_failure is not None
+        return first_failure
+
+    def _place_in_order(
+        self, job: JobRequest, order: Sequence[RoleRequest], commit: bool
+    ) -> list[TaskPlacement] | PlacementFailure:
         mark = len(self._journal)
         placed: list[TaskPlacement] = []
-        for role in _largest_first(job.roles):
+        for role in order:
             for index in range(role.instances):
                 node = self.find_node(role)
                 if node is None:
@@ -115,9 +131,26 @@ class NodePool:
             del self._journal[mark:]
         else:
             self._undo_to(mark)
-        order = {role.name: position for position, role in enumerate(job.roles)}
-        placed.sort(key=lambda p: (order[p.role], p.index))
+        position = {role.name: i for i, role in enumerate(job.roles)}
+        placed.sort(key=lambda p: (position[p.role], p.index))
         return placed
+
+    def capacity_count(self, role: RoleRequest) -> int:
+        """How many instances of ``role`` the pool could hold if nothing else were placed."""
+        need = role.per_instance
+        ports = sum(count for _, count in role.ports)
+        total = 0
+        for i in self.active:
+            if need.gpu and role.gpu_type is not None and self.nodes[i].gpu_type != role.gpu_type:
+                continue
+            limits = [
+                self.free_cpu[i] // need.cpu_millis if need.cpu_millis else 1 << 30,
+                self.free_memory[i] // need.memory_mib if need.memory_mib else 1 << 30,
+                len(self.free_gpus[i]) // need.gpu if need.gpu else 1 << 30,
+                self.free_ports(i) // ports if ports else 1 << 30,
+            ]
+            total += max(0, min(limits))
+        return total
 
     def _take(self, i: int, role: RoleRequest, index: int) -> TaskPlacement:
         need = role.per_instance
@@ -178,14 +211,24 @@ class NodePool:
         bisect.insort(self.buckets[after], i)
 
 
-def _largest_first(roles: Sequence[RoleRequest]) -> list[RoleRequest]:
-    """Place big tasks first: they have the fewest places to go."""
+MAX_ROLE_ORDERS = 6
 
-    def size(role: RoleRequest) -> tuple[int, int, int]:
-        need: ResourceVector = role.per_instance
-        return (-need.gpu, -need.cpu_millis, -need.memory_mib)
 
-    return sorted(roles, key=size)
+def role_orders(roles: Sequence[RoleRequest]) -> list[tuple[RoleRequest, ...]]:
+    """Largest role first (fewest places to go), then other orders for multi-role gangs."""
+
+    def by(*dims: str) -> tuple[RoleRequest, ...]:
+        return tuple(sorted(roles, key=lambda r: tuple(-getattr(r.per_instance, d) for d in dims)))
+
+    orders = [by("gpu", "cpu_millis", "memory_mib")]
+    if len(roles) > 1:
+        candidates = [by("gpu", "memory_mib", "cpu_millis"), by("memory_mib", "cpu_millis")]
+        if len(roles) <= 3:
+            candidates += list(itertools.permutations(roles))
+        for order in candidates:
+            if order not in orders:
+                orders.append(order)
+    return orders[:MAX_ROLE_ORDERS]
 
 
 def choose_gpus(free: list[int], count: int) -> list[int]:

@@ -10,6 +10,7 @@ cluster is reported infeasible rather than left to wait forever.
 from __future__ import annotations
 
 from shoal.core.diagnosis import explain, never_fits
+from shoal.core.feasibility import could_fit
 from shoal.core.placement import NodePool, PlacementFailure
 from shoal.core.plan import (
     Admission,
@@ -41,10 +42,42 @@ class _Feasibility:
                 self._pool = NodePool(self._snapshot.nodes, include_unschedulable=True)
             result = self._pool.place_job(job, commit=False)
             verdict = None
-            if isinstance(result, PlacementFailure):
+            if isinstance(result, PlacementFailure) and _provably_never(
+                self._pool, self._snapshot, job
+            ):
                 verdict = never_fits(explain(self._pool, job, result))
             self._verdicts[shape] = verdict
         return self._verdicts[shape]
+
+
+def _provably_never(pool: NodePool, snapshot: ClusterSnapshot, job: JobRequest) -> bool:
+    """Whether a job that greedy placement could not fit on the idle cluster surely never fits.
+
+    For one role (identical tasks) greedy placement is exact. For several roles it is not: the job
+    is infeasible when a necessary condition fails (some role alone does not fit, or the job needs
+    more cpu, memory, GPUs or ports than the cluster has) or a bounded exhaustive search finds no
+    placement. If the search cannot decide in its budget, the job waits rather than be rejected.
+    """
+    if len(job.roles) == 1 or _lacks_capacity(pool, job):
+        return True
+    return could_fit(snapshot.nodes, job) is False
+
+
+def _lacks_capacity(pool: NodePool, job: JobRequest) -> bool:
+    if any(pool.capacity_count(role) < role.instances for role in job.roles):
+        return True
+    need = job.total
+    have_cpu = sum(pool.free_cpu[i] for i in pool.active)
+    have_memory = sum(pool.free_memory[i] for i in pool.active)
+    have_gpu = sum(len(pool.free_gpus[i]) for i in pool.active)
+    need_ports = sum(r.instances * sum(c for _, c in r.ports) for r in job.roles)
+    have_ports = sum(pool.free_ports(i) for i in pool.active)
+    return (
+        need.cpu_millis > have_cpu
+        or need.memory_mib > have_memory
+        or need.gpu > have_gpu
+        or need_ports > have_ports
+    )
 
 
 def schedule(snapshot: ClusterSnapshot, now: float) -> Plan:

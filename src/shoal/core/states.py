@@ -42,7 +42,7 @@ class TaskEvent(StrEnum):
     FAILED = "failed"
     STOP_REQUESTED = "stop_requested"
     STOPPED = "stopped"
-    RETRIED = "retried"
+    RETRIED = "retried"  # the attempt failed and the task runs again in place
 
 
 class InvalidTransition(Exception):
@@ -76,7 +76,7 @@ TASK_TRANSITIONS: dict[tuple[State, TaskEvent], State] = {
     (State.STOPPING, TaskEvent.SUCCEEDED): State.STOPPED,
     (State.STOPPING, TaskEvent.FAILED): State.STOPPED,
     (State.STOPPING, TaskEvent.STOP_REQUESTED): State.STOPPING,
-    (State.FAILED, TaskEvent.RETRIED): State.WAITING,
+    (State.RUNNING, TaskEvent.RETRIED): State.WAITING,  # it failed and has retries left
 }
 
 

@@ -54,6 +54,8 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         version=__version__,
         description="A training-cluster manager for ML and RL teams.",
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN; /openapi.json stays
+        redoc_url=None,
     )
     app.state.context = ctx
     app.include_router(system.router)

@@ -105,8 +105,7 @@ def on_exit(
 
 
 def _retry_in_place(session: Session, task: Task, limit: int, now: float) -> None:
-    task.state = advance_task(State(task.state), TaskEvent.FAILED).value
-    task.state = advance_task(State.FAILED, TaskEvent.RETRIED).value
+    task.state = advance_task(State(task.state), TaskEvent.RETRIED).value
     task.attempt += 1
     task.launch_acked = False
     task.pid = None
