@@ -277,3 +277,15 @@ w:
         seen_while_running.append(cluster.client.job(slow)["state"] == "RUNNING")
     assert collected == "".join(f"tick {i}\n" for i in range(1, 9))
     assert any(seen_while_running), "follow only saw output after the task ended"
+
+
+def test_max_runtime_is_enforced(cluster: LocalCluster) -> None:
+    job_id = cluster.submit(
+        native("forever", "w:\n  command: sleep 300\n", extra="max_runtime: 2\n")
+    )
+    job = cluster.wait(job_id, timeout_s=30)
+    assert job["state"] == "FAILED"
+    assert job["exitClass"] == "TIMEOUT"
+    (task,) = job["tasks"]
+    assert task["exitCode"] == -220 and "max runtime" in task["diagnostics"]
+    assert 1.5 <= task["finishedAt"] - task["startedAt"] < 10  # counted from the job's launch
