@@ -476,11 +476,6 @@ def test_gang_total_within_cluster_total_is_still_infeasible() -> None:
     assert plan.reason_for("j").code is ReasonCode.NEVER_FITS  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: feasibility is decided by one greedy placement (largest role first, first node "
-    "by name), so a multi-role gang that fits on the idle cluster is reported NEVER_FITS",
-)
 def test_job_that_fits_on_idle_cluster_is_not_infeasible() -> None:
     # r2 (10 cpu) goes first as the larger role and takes node a (first by name, fits), leaving
     # only b (1 MiB) for r1 (100 MiB). Yet r1 -> a and r2 -> b is a valid placement.
