@@ -5,22 +5,41 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from shoal.cli.main import app
 
 FORMATS = ["native", "pai", "pai-v1", "maro"]
 
 
-def shoal(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def real_shoal(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed command in its own process: what a user really runs."""
     return subprocess.run(
         [sys.executable, "-m", "shoal", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=cwd,
         check=False,
     )
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def shoal(*args: str) -> Result:
+    """The same command in this process (fast); exceptions would surface as a failed test."""
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Result(result.exit_code, result.stdout, result.stderr)
 
 
 def test_validate_every_openpai_sample(shared_dir: Path) -> None:
@@ -64,7 +83,7 @@ def test_validate_rejects_with_field_path_and_no_traceback(tmp_path: Path) -> No
         "    resourcePerInstance: {cpu: 1, memoryMB: 100, gpu: -1}\n"
         "    commands: [x]\n"
     )
-    result = shoal("job", "validate", str(bad))
+    result = real_shoal("job", "validate", str(bad))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert (
@@ -156,5 +175,5 @@ def test_plan_rejects_unknown_task(tmp_path: Path) -> None:
 
 
 def test_version_and_help() -> None:
-    assert shoal("--version").stdout.startswith("shoal ")
-    assert "validate" in shoal("job", "--help").stdout
+    assert real_shoal("--version").stdout.startswith("shoal ")
+    assert "validate" in real_shoal("job", "--help").stdout

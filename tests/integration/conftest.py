@@ -45,6 +45,12 @@ class LocalCluster:
         return "".join(self.client.follow_logs(job_id, role, index, stream, timeout_s=30))
 
 
+def port_base() -> int:
+    """Task ports per pytest-xdist worker, so clusters of parallel tests never share ports."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    return 22000 + int(worker or 0) % 8 * 4000
+
+
 def start_cluster(home: Path, **options: object) -> LocalCluster:
     settings = {
         "port": 0,
@@ -53,6 +59,7 @@ def start_cluster(home: Path, **options: object) -> LocalCluster:
         "memory_mib": 8192,
         "gpus": 2,
         "kill_grace_s": 2.0,
+        "port_base": port_base(),
         **options,
     }
     info = start_local(UpOptions(home=home, **settings), timeout_s=60)  # type: ignore[arg-type]

@@ -59,6 +59,7 @@ def local_nodes(
     gpu_type: str | None = None,
     address: str = "127.0.0.1",
     prefix: str = "node",
+    port_base: int = FIRST_SIMULATED_PORT,
 ) -> list[NodeSpec]:
     """``count`` nodes on this machine, each with the given (or detected) resources."""
     detected = detect_gpus() if gpus is None else GpuInfo(gpus, gpu_type)
@@ -72,8 +73,8 @@ def local_nodes(
             memory_mib=int(memory),
             gpu_indices=tuple(range(detected.count)),
             gpu_type=gpu_type or detected.gpu_type,
-            port_low=FIRST_SIMULATED_PORT + i * PORTS_PER_SIMULATED_NODE,
-            port_high=FIRST_SIMULATED_PORT + (i + 1) * PORTS_PER_SIMULATED_NODE,
+            port_low=port_base + i * PORTS_PER_SIMULATED_NODE,
+            port_high=port_base + (i + 1) * PORTS_PER_SIMULATED_NODE,
         )
         for i in range(count)
     ]

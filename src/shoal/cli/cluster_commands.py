@@ -167,6 +167,9 @@ def agent(
     gpus: int | None = typer.Option(None, "--gpus", min=0, max=64),
     gpu_type: str | None = typer.Option(None, "--gpu-type"),
     address: str = typer.Option("127.0.0.1", "--address", help="Address peers reach tasks at."),
+    port_base: int = typer.Option(
+        20000, "--port-base", min=1024, max=64000, help="First task port (1,000 per node)."
+    ),
     grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
 ) -> None:
     """Run an agent in the foreground (what `shoal up` starts)."""
@@ -175,7 +178,7 @@ def agent(
 
     if not token_file.exists():
         raise fail(f"token file {token_file} does not exist")
-    specs = local_nodes(nodes, cpus, _memory(memory), gpus, gpu_type, address)
+    specs = local_nodes(nodes, cpus, _memory(memory), gpus, gpu_type, address, port_base=port_base)
     home.mkdir(parents=True, exist_ok=True)
     running = Agent(server_url, token_file.read_text().strip(), home, specs, f"{hostname()}:{home}")
     stop = threading.Event()

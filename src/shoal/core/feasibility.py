@@ -1,4 +1,4 @@
-""""Could this gang ever fit?", answered exactly for small multi-role jobs by a bounded search.
+""" "Could this gang ever fit?", answered exactly for small multi-role jobs by a bounded search.
 
 Greedy placement is exact for one role (identical tasks) but can miss placements of mixed roles.
 Before a multi-role job is called infeasible, this search looks at every way to put its tasks on
@@ -57,8 +57,10 @@ def could_fit(nodes: Sequence[NodeState], job: JobRequest, budget: int = 2_000) 
         for i in range(first_node, len(nodes)):
             cap = capacities[i]
             key = (*cap, hash(nodes[i].gpu_type))
-            if key in tried or not allowed(nodes[i], role) or any(
-                c < n for c, n in zip(cap, need, strict=True)
+            if (
+                key in tried
+                or not allowed(nodes[i], role)
+                or any(c < n for c, n in zip(cap, need, strict=True))
             ):
                 continue
             tried.add(key)

@@ -35,6 +35,7 @@ class UpOptions:
     gpus: int | None = None
     gpu_type: str | None = None
     kill_grace_s: float = 10.0
+    port_base: int = 20000  # task ports: 1,000 per simulated node from here
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,8 @@ def _agent_args(options: UpOptions, url: str) -> list[str]:
         str(options.home / "agent.token"),
         "--nodes",
         str(options.nodes),
+        "--port-base",
+        str(options.port_base),
     ]
     for flag, value in (
         ("--cpus", options.cpus),
