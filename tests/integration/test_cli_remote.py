@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.integration.conftest import LocalCluster
+from tests.integration.conftest import LocalCluster, port_base
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -91,7 +91,20 @@ def test_no_server_says_how_to_start_one(tmp_path: Path) -> None:
 
 def test_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    up = shoal(home, "up", "--port", "0", "--nodes", "1", "--cpus", "2", "--memory", "2Gi")
+    up = shoal(
+        home,
+        "up",
+        "--port",
+        "0",
+        "--nodes",
+        "1",
+        "--cpus",
+        "2",
+        "--memory",
+        "2Gi",
+        "--port-base",
+        str(port_base() + 3000),
+    )
     assert up.returncode == 0, up.stderr
     run = json.loads((home / "run.json").read_text())
     assert (home / "admin.token").stat().st_mode & 0o777 == 0o600

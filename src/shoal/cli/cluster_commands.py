@@ -39,6 +39,9 @@ def up(
     gpu_type: str | None = typer.Option(None, "--gpu-type", help="GPU type of every node."),
     kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s)."),
     foreground: bool = typer.Option(False, "--foreground", help="Stay attached; Ctrl-C stops."),
+    port_base: int = typer.Option(
+        20000, "--port-base", min=1024, max=64000, help="First task port (1,000 per node)."
+    ),
 ) -> None:
     """Start a local cluster: a server and an agent running N simulated nodes."""
     home = default_home()
@@ -55,6 +58,7 @@ def up(
         gpus=gpus,
         gpu_type=gpu_type,
         kill_grace_s=kill_grace,
+        port_base=port_base,
     )
     with console.status("starting the server and the agent..."):
         try:
