@@ -44,7 +44,7 @@ format: setup
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
 test: lint $(TORCH_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 test-fast: lint
 	$(BIN)/python -m pytest -q tests/spec tests/core tests/cli tests/server
