@@ -18,8 +18,8 @@ from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot, JobRequest, NodeState, RoleRequest
 from tests.core.strategies import snapshots
 
-# ~150 examples per property keeps this file well under a minute on two cores.
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# ~120 examples per property keeps this file well under a minute on two cores (about 35 s).
+PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UNBOUNDED = 10**9
 
 
@@ -249,6 +249,8 @@ def test_h_infeasible_jobs_really_cannot_fit(snapshot: ClusterSnapshot) -> None:
     for job_id in verdicts:
         idle = NodePool(snapshot.nodes, include_unschedulable=True)
         assert isinstance(idle.place_job(jobs[job_id], commit=False), PlacementFailure)
+        # nor does any other packing: the exhaustive search must not know of a placement
+        assert could_fit(snapshot.nodes, jobs[job_id]) is not True
     for pending in plan.pending:  # waiting jobs could run on the idle cluster
         if pending.reason.code is not ReasonCode.NO_SCHEDULABLE_NODES:
             idle = NodePool(snapshot.nodes, include_unschedulable=True)

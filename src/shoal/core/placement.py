@@ -46,8 +46,11 @@ class NodePool:
         allocations: Iterable[TaskAllocation] = (),
         *,
         include_unschedulable: bool = False,
+        prefer: dict[str, int] | None = None,
     ) -> None:
-        self.nodes = sorted(nodes, key=lambda n: n.name)
+        # ``prefer``: a rank per node name that wins ties before the name does (lower first)
+        rank = prefer or {}
+        self.nodes = sorted(nodes, key=lambda n: (rank.get(n.name, 0), n.name))
         index = {node.name: i for i, node in enumerate(self.nodes)}
         self.free_cpu = [n.capacity.cpu_millis for n in self.nodes]
         self.free_memory = [n.capacity.memory_mib for n in self.nodes]
@@ -63,6 +66,7 @@ class NodePool:
         for i in self.active:
             self.buckets[len(self.free_gpus[i])].append(i)
         self._journal: list[_Undo] = []
+        self.reserved_by: list[str | None] = [None] * len(self.nodes)
 
     def _hold(self, index: dict[str, int], alloc: TaskAllocation) -> None:
         i = index.get(alloc.node)
@@ -134,6 +138,23 @@ class NodePool:
         position = {role.name: i for i, role in enumerate(job.roles)}
         placed.sort(key=lambda p: (position[p.role], p.index))
         return placed
+
+    def reserve(self, placements: list[TaskPlacement], job_id: str) -> None:
+        """Hold, for ``job_id``, whatever of ``placements`` is free now (cpu, memory, those GPU
+        indices and ports); the rest is expected to be freed later (exits, preemptions)."""
+        index = {node.name: i for i, node in enumerate(self.nodes)}
+        for placement in placements:
+            i = index[placement.node]
+            need = placement.resources
+            self.free_cpu[i] -= min(max(self.free_cpu[i], 0), need.cpu_millis)
+            self.free_memory[i] -= min(max(self.free_memory[i], 0), need.memory_mib)
+            wanted = set(placement.gpu_indices)
+            if wanted & set(self.free_gpus[i]):
+                before = len(self.free_gpus[i])
+                self.free_gpus[i] = [g for g in self.free_gpus[i] if g not in wanted]
+                self._rebucket(i, before)
+            self.used_ports[i].update(placement.all_ports())
+            self.reserved_by[i] = self.reserved_by[i] or job_id
 
     def capacity_count(self, role: RoleRequest) -> int:
         """How many instances of ``role`` the pool could hold if nothing else were placed."""

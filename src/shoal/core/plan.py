@@ -19,6 +19,12 @@ class ReasonCode(StrEnum):
     GANG_DOES_NOT_FIT = "GangDoesNotFit"
     NO_SCHEDULABLE_NODES = "NoSchedulableNodes"
     NEVER_FITS = "NeverFits"
+    OVER_QUOTA = "OverQuota"  # the VC's guarantee (plus borrowing limit) is used up
+    USER_GPU_CAP = "UserGPUCap"  # the user's GPU cap inside the VC is reached
+    NO_IDLE_CAPACITY = "NoIdleCapacity"  # borrowing or `oppo`: only idle capacity may be used
+    WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # victims are being stopped for this job
+    RESERVED_FOR_HEAD = "ReservedForEarlierJob"  # the room is held for a job ahead in the queue
+    UNKNOWN_VIRTUAL_CLUSTER = "UnknownVirtualCluster"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +75,21 @@ class InfeasibleJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop ``victim_job_id`` (SIGTERM, grace, SIGKILL) so that ``for_job_id`` can run; the victim
+    goes back to the queue keeping its submission time."""
+
+    victim_job_id: str
+    for_job_id: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     admissions: tuple[Admission, ...] = ()
     pending: tuple[PendingJob, ...] = ()
     infeasible: tuple[InfeasibleJob, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
 
     def admitted_ids(self) -> list[str]:
         return [a.job_id for a in self.admissions]

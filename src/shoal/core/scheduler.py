@@ -1,25 +1,21 @@
 """``schedule(snapshot, now) -> Plan``: the one scheduling function the server, the simulator,
 dry runs and tests all call. Pure: no I/O, no clock (``now`` is an argument), no randomness.
 
-Policy today (see docs/scheduling.md): jobs in priority order, then submission time, then id;
-each job is placed as a whole gang or not at all; a job that does not fit waits with a reason and
-later, smaller jobs may still start (best-effort FIFO). A job that could not run even on an idle
-cluster is reported infeasible rather than left to wait forever.
+Policy (see docs/scheduling.md): jobs in priority order, then submission time, then id; each job
+is placed as a whole gang or not at all; a job that does not fit waits with a reason and later,
+smaller jobs may still start (best-effort FIFO). A job that could not run even on an idle cluster
+is reported infeasible rather than left to wait forever. With virtual clusters, quotas decide
+who may use what, jobs inside their guarantee may preempt borrowers, and each VC's first blocked
+job keeps a reservation (core/cycle.py).
 """
 
 from __future__ import annotations
 
+from shoal.core.cycle import Cycle
 from shoal.core.diagnosis import explain, never_fits
 from shoal.core.feasibility import could_fit
 from shoal.core.placement import NodePool, PlacementFailure
-from shoal.core.plan import (
-    Admission,
-    InfeasibleJob,
-    PendingJob,
-    PendingReason,
-    Plan,
-    ReasonCode,
-)
+from shoal.core.plan import PendingReason, Plan
 from shoal.core.snapshot import ClusterSnapshot, JobRequest
 
 
@@ -82,52 +78,14 @@ def _lacks_capacity(pool: NodePool, job: JobRequest) -> bool:
 
 def schedule(snapshot: ClusterSnapshot, now: float) -> Plan:
     """Decide which queued jobs start now and where; explain every job that does not."""
-    del now  # part of the contract; used by time-aware policies (aging, backfill reservations)
-    cycle = _Cycle(snapshot)
+    del now  # part of the contract; used by time-aware policies (aging)
+    feasibility = _Feasibility(snapshot)
+    cycle = Cycle(snapshot, feasibility.never_fits)
     for job in sorted(snapshot.queue, key=queue_order):
         cycle.consider(job)
-    return Plan(tuple(cycle.admissions), tuple(cycle.pending), tuple(cycle.infeasible))
-
-
-class _Cycle:
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
-        self.pool = NodePool(snapshot.nodes, snapshot.allocations)
-        self.feasibility = _Feasibility(snapshot)
-        # Nothing is freed during a cycle, so a shape that did not fit cannot fit later in it.
-        self.blocked: dict[tuple[object, ...], PendingReason] = {}
-        self.never: dict[tuple[object, ...], PendingReason] = {}
-        self.admissions: list[Admission] = []
-        self.pending: list[PendingJob] = []
-        self.infeasible: list[InfeasibleJob] = []
-
-    def consider(self, job: JobRequest) -> None:
-        shape = job.shape()
-        if shape in self.never:
-            self.infeasible.append(InfeasibleJob(job.job_id, self.never[shape]))
-            return
-        reason = self.blocked.get(shape)
-        if reason is None:
-            reason = self._try(job, shape)
-            if reason is None:
-                return
-        self.pending.append(PendingJob(job.job_id, reason, len(self.pending) + 1))
-
-    def _try(self, job: JobRequest, shape: tuple[object, ...]) -> PendingReason | None:
-        if not self.pool.active:
-            reason = PendingReason(
-                ReasonCode.NO_SCHEDULABLE_NODES, "no schedulable node is registered"
-            )
-            self.blocked[shape] = reason
-            return reason
-        result = self.pool.place_job(job)
-        if not isinstance(result, PlacementFailure):
-            self.admissions.append(Admission(job.job_id, tuple(result)))
-            return None
-        verdict = self.feasibility.never_fits(job)
-        if verdict is not None:
-            self.never[shape] = verdict
-            self.infeasible.append(InfeasibleJob(job.job_id, verdict))
-            return None
-        reason = explain(self.pool, job, result)
-        self.blocked[shape] = reason
-        return reason
+    return Plan(
+        tuple(cycle.admissions),
+        tuple(cycle.pending),
+        tuple(cycle.infeasible),
+        tuple(cycle.preemptions),
+    )

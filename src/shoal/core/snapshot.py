@@ -46,6 +46,9 @@ class RoleRequest:
     ports: tuple[tuple[str, int], ...] = (("http", 1),)
 
 
+OPPORTUNISTIC = -1  # priority of `oppo` jobs: idle capacity only, preempted first
+
+
 @dataclass(frozen=True, slots=True)
 class JobRequest:
     """A queued job as the scheduler sees it: ordered by priority, then submission time, then id."""
@@ -55,6 +58,11 @@ class JobRequest:
     priority: int = 10
     submitted_at: float = 0.0
     virtual_cluster: str = "default"
+    user: str = ""
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.priority < 0
 
     @property
     def task_count(self) -> int:
@@ -83,6 +91,24 @@ class TaskAllocation:
     resources: ResourceVector
     gpu_indices: tuple[int, ...] = ()
     ports: tuple[int, ...] = ()
+    virtual_cluster: str = "default"
+    priority: int = 10
+    submitted_at: float = 0.0
+    user: str = ""
+    terminating: bool = False  # being stopped (e.g. preempted): held until it exits
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualCluster:
+    """A team's share: a guaranteed quota, how much idle capacity it may borrow on top
+    (``None``: any), a per-user GPU cap, and whether higher priority classes may preempt lower
+    ones inside it."""
+
+    name: str
+    guarantee: ResourceVector
+    borrow_limit: ResourceVector | None = None
+    user_gpu_cap: int | None = None
+    preempt_within: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +116,4 @@ class ClusterSnapshot:
     nodes: tuple[NodeState, ...]
     queue: tuple[JobRequest, ...] = ()
     allocations: tuple[TaskAllocation, ...] = field(default_factory=tuple)
+    virtual_clusters: tuple[VirtualCluster, ...] = ()  # empty: no quotas, one shared queue

@@ -1,0 +1,199 @@
+"""One scheduling cycle: jobs in queue order, each admitted whole, left waiting with a reason,
+reported infeasible, or (with virtual clusters) given room by preempting jobs it is entitled to
+displace. With virtual clusters, the first blocked job of each VC also keeps a reservation, so
+later jobs backfill only around it and never delay it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shoal.core.diagnosis import explain
+from shoal.core.placement import NodePool, PlacementFailure
+from shoal.core.plan import (
+    Admission,
+    InfeasibleJob,
+    PendingJob,
+    PendingReason,
+    Preemption,
+    ReasonCode,
+    TaskPlacement,
+)
+from shoal.core.preemption import choose_victims, describe_victim, eligible_victims
+from shoal.core.quota import Admission as Mode
+from shoal.core.quota import QuotaLedger, running_jobs
+from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation
+
+NeverFits = Callable[[JobRequest], PendingReason | None]
+
+
+class Cycle:
+    def __init__(self, snapshot: ClusterSnapshot, never_fits: NeverFits) -> None:
+        self.snapshot = snapshot
+        self.never_fits_check = never_fits
+        self.pool = NodePool(snapshot.nodes, snapshot.allocations)
+        running = running_jobs(snapshot.allocations)
+        self.quota = (
+            QuotaLedger(snapshot.virtual_clusters, running) if snapshot.virtual_clusters else None
+        )
+        self.inside = self.quota.inside_guarantee() if self.quota else set()
+        self.terminating = frozenset(r.job_id for r in running if r.terminating)
+        self.taken: set[str] = set()  # victims chosen in this cycle
+        self.admitted_allocations: list[TaskAllocation] = []
+        self.reserved_vcs: set[str] = set()
+        # Nothing is freed during a cycle, so a shape that did not fit cannot fit later in it.
+        self.blocked: dict[tuple[object, ...], PendingReason] = {}
+        self.never: dict[tuple[object, ...], PendingReason] = {}
+        self.admissions: list[Admission] = []
+        self.pending: list[PendingJob] = []
+        self.infeasible: list[InfeasibleJob] = []
+        self.preemptions: list[Preemption] = []
+        self._positions: dict[str, int] = {}
+
+    def consider(self, job: JobRequest) -> None:
+        shape = job.shape()
+        if shape in self.never:
+            self.infeasible.append(InfeasibleJob(job.job_id, self.never[shape]))
+            return
+        mode: Mode | None = None
+        if self.quota is not None:
+            verdict = self.quota.classify(job)
+            if isinstance(verdict, PendingReason):
+                self._pend(job, verdict)
+                return
+            mode = verdict
+        reason = self.blocked.get(shape)
+        if reason is None:
+            reason = self._try(job, shape)
+            if reason is None:
+                return
+        if mode is not None:
+            reason = self._after_failure(job, mode, reason)
+        self._pend(job, reason)
+
+    def _try(self, job: JobRequest, shape: tuple[object, ...]) -> PendingReason | None:
+        if not self.pool.active:
+            reason = PendingReason(
+                ReasonCode.NO_SCHEDULABLE_NODES, "no schedulable node is registered"
+            )
+            self.blocked[shape] = reason
+            return reason
+        result = self.pool.place_job(job)
+        if not isinstance(result, PlacementFailure):
+            self._admit(job, result)
+            return None
+        verdict = self.never_fits_check(job)
+        if verdict is not None:
+            self.never[shape] = verdict
+            self.infeasible.append(InfeasibleJob(job.job_id, verdict))
+            return None
+        reason = explain(self.pool, job, result)
+        holder = next((h for h in self.pool.reserved_by if h is not None), None)
+        if holder is not None:
+            reason = PendingReason(
+                reason.code, f"{reason.message} (some room is held for job {holder}, ahead of it)"
+            )
+        self.blocked[shape] = reason
+        return reason
+
+    def _admit(self, job: JobRequest, placements: list[TaskPlacement]) -> None:
+        self.admissions.append(Admission(job.job_id, tuple(placements)))
+        if self.quota is not None:
+            self.quota.admit(job)
+        self.admitted_allocations.extend(
+            TaskAllocation(
+                job.job_id,
+                p.role,
+                p.index,
+                p.node,
+                p.resources,
+                p.gpu_indices,
+                p.all_ports(),
+                job.virtual_cluster,
+                job.priority,
+                job.submitted_at,
+                job.user,
+            )
+            for p in placements
+        )
+
+    def _after_failure(self, job: JobRequest, mode: Mode, reason: PendingReason) -> PendingReason:
+        """With VCs: make room by preemption if entitled; else reserve room if it heads its VC."""
+        if mode is not Mode.GUARANTEED:
+            return PendingReason(
+                ReasonCode.NO_IDLE_CAPACITY,
+                f"virtual cluster {job.virtual_cluster} is past its guarantee, so this job may "
+                f"only use idle capacity, and there is not enough: {reason.message}"
+                if mode is Mode.BORROWING
+                else f"oppo jobs run only on idle capacity, and there is not enough: "
+                f"{reason.message}",
+            )
+        room = self._simulate(job, self.terminating | self.taken)
+        if room is not None:  # jobs already stopping will make room: wait for them
+            self.pool.reserve(room, job.job_id)
+            return PendingReason(
+                ReasonCode.WAITING_FOR_PREEMPTION,
+                f"waiting for stopping tasks to exit; then it fits ({reason.message})",
+            )
+        preempted = self._preempt_for(job)
+        if preempted is not None:
+            return preempted
+        self._reserve_head(job)
+        return reason
+
+    def _preempt_for(self, job: JobRequest) -> PendingReason | None:
+        assert self.quota is not None
+        vc = self.quota.vcs.get(job.virtual_cluster)
+        candidates = eligible_victims(job, True, self.quota.running, self.inside, vc, self.taken)
+        if not candidates:
+            return None
+        already = self.terminating | self.taken
+
+        def fits(free: frozenset[str]) -> bool:
+            return self._simulate(job, free) is not None
+
+        victims = choose_victims(candidates, frozenset(already), fits)
+        if victims is None:
+            return None
+        for victim in victims:
+            self.taken.add(victim.job_id)
+            self.preemptions.append(
+                Preemption(victim.job_id, job.job_id, describe_victim(victim, job))
+            )
+        room = self._simulate(job, self.terminating | self.taken)
+        if room is not None:
+            self.pool.reserve(room, job.job_id)
+        names = ", ".join(v.job_id for v in victims)
+        return PendingReason(
+            ReasonCode.WAITING_FOR_PREEMPTION,
+            f"preempting job(s) {names} to make room; it starts when they have stopped",
+        )
+
+    def _simulate(self, job: JobRequest, freed: frozenset[str]) -> list[TaskPlacement] | None:
+        """Where ``job`` would go if the jobs in ``freed`` released their resources."""
+        if not freed:
+            return None
+        held = [a for a in self.snapshot.allocations if a.job_id not in freed]
+        pool = NodePool(self.snapshot.nodes, held + self.admitted_allocations)
+        result = pool.place_job(job, commit=False)
+        return None if isinstance(result, PlacementFailure) else result
+
+    def _reserve_head(self, job: JobRequest) -> None:
+        """The first blocked job of a VC keeps the nodes it will use; others backfill around."""
+        if job.virtual_cluster in self.reserved_vcs or job.opportunistic:
+            return
+        self.reserved_vcs.add(job.virtual_cluster)
+        prefer = {
+            self.pool.nodes[i].name: -(len(self.pool.free_gpus[i]) * 10**9 + self.pool.free_cpu[i])
+            for i in self.pool.active
+        }
+        idle = NodePool(self.snapshot.nodes, prefer=prefer)
+        result = idle.place_job(job, commit=False)
+        if not isinstance(result, PlacementFailure):
+            self.pool.reserve(result, job.job_id)
+
+    def _pend(self, job: JobRequest, reason: PendingReason) -> None:
+        key = job.virtual_cluster if self.quota is not None else ""
+        position = self._positions.get(key, 0) + 1
+        self._positions[key] = position
+        self.pending.append(PendingJob(job.job_id, reason, position))

@@ -1,0 +1,146 @@
+"""Virtual-cluster quota arithmetic: who uses what, which running jobs are inside their VC's
+guarantee, and whether a new job may be admitted as guaranteed, as borrowing, or not at all.
+
+A running job is *inside the guarantee* when, taking its VC's running jobs in queue order
+(priority, then submission time), the job still fits in what the guarantee has left. Every other
+running job of that VC is *borrowing*. Only borrowing and `oppo` jobs can be preempted by another
+VC, so a job inside its guarantee is never preempted by another VC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shoal.core.plan import PendingReason, ReasonCode
+from shoal.core.resources import ResourceVector
+from shoal.core.snapshot import JobRequest, TaskAllocation, VirtualCluster
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job_id: str
+    virtual_cluster: str
+    priority: int
+    submitted_at: float
+    user: str
+    usage: ResourceVector
+    terminating: bool
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.priority < 0
+
+
+def running_jobs(allocations: Iterable[TaskAllocation]) -> list[RunningJob]:
+    by_job: dict[str, list[TaskAllocation]] = {}
+    for alloc in allocations:
+        by_job.setdefault(alloc.job_id, []).append(alloc)
+    jobs = []
+    for job_id, tasks in by_job.items():
+        usage = ResourceVector()
+        for task in tasks:
+            usage = usage + task.resources
+        first = tasks[0]
+        jobs.append(
+            RunningJob(
+                job_id,
+                first.virtual_cluster,
+                first.priority,
+                first.submitted_at,
+                first.user,
+                usage,
+                all(t.terminating for t in tasks),
+            )
+        )
+    return sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.job_id))
+
+
+class Admission(StrEnum):
+    GUARANTEED = "guaranteed"
+    BORROWING = "borrowing"
+    OPPORTUNISTIC = "opportunistic"
+
+
+def _fits(amount: ResourceVector, limit: ResourceVector) -> bool:
+    return amount.fits_in(limit)
+
+
+class QuotaLedger:
+    """Usage per VC and per user, updated as the cycle admits jobs."""
+
+    def __init__(self, vcs: Sequence[VirtualCluster], running: Sequence[RunningJob]) -> None:
+        self.vcs = {vc.name: vc for vc in vcs}
+        self.running = list(running)
+        self.usage: dict[str, ResourceVector] = {name: ResourceVector() for name in self.vcs}
+        self.user_gpus: dict[tuple[str, str], int] = {}
+        for job in running:
+            if not job.opportunistic:
+                self._count(job.virtual_cluster, job.user, job.usage)
+
+    def _count(self, vc: str, user: str, usage: ResourceVector) -> None:
+        self.usage[vc] = self.usage.get(vc, ResourceVector()) + usage
+        key = (vc, user)
+        self.user_gpus[key] = self.user_gpus.get(key, 0) + usage.gpu
+
+    def admit(self, job: JobRequest) -> None:
+        if not job.opportunistic:
+            self._count(job.virtual_cluster, job.user, job.total)
+
+    def classify(self, job: JobRequest) -> Admission | PendingReason:
+        vc = self.vcs.get(job.virtual_cluster)
+        if vc is None:
+            return PendingReason(
+                ReasonCode.UNKNOWN_VIRTUAL_CLUSTER,
+                f"virtual cluster {job.virtual_cluster!r} does not exist",
+            )
+        if job.opportunistic:
+            return Admission.OPPORTUNISTIC
+        need = job.total
+        if vc.user_gpu_cap is not None and need.gpu:
+            used = self.user_gpus.get((vc.name, job.user), 0)
+            if used + need.gpu > vc.user_gpu_cap:
+                return PendingReason(
+                    ReasonCode.USER_GPU_CAP,
+                    f"user {job.user} uses {used} of the {vc.user_gpu_cap}-GPU per-user cap in "
+                    f"virtual cluster {vc.name}; this job needs {need.gpu} more",
+                )
+        after = self.usage[vc.name] + need
+        if _fits(after, vc.guarantee):
+            return Admission.GUARANTEED
+        if vc.preempt_within and _fits(after - self._lower_priority_usage(job), vc.guarantee):
+            return Admission.GUARANTEED  # inside the guarantee once lower classes make way
+        if vc.borrow_limit is None or _fits(after, vc.guarantee + vc.borrow_limit):
+            return Admission.BORROWING
+        return PendingReason(
+            ReasonCode.OVER_QUOTA,
+            f"virtual cluster {vc.name} uses {self.usage[vc.name].describe()} of its guarantee "
+            f"{vc.guarantee.describe()} plus borrowing limit {vc.borrow_limit.describe()}; "
+            f"this job needs {need.describe()} more",
+        )
+
+    def _lower_priority_usage(self, job: JobRequest) -> ResourceVector:
+        total = ResourceVector()
+        for other in self.running:
+            if (
+                other.virtual_cluster == job.virtual_cluster
+                and not other.opportunistic
+                and not other.terminating
+                and other.priority < job.priority
+            ):
+                total = total + other.usage
+        return total
+
+    def inside_guarantee(self) -> set[str]:
+        """Running jobs that the guarantee of their VC covers (see the module docstring)."""
+        inside: set[str] = set()
+        left = {name: vc.guarantee for name, vc in self.vcs.items()}
+        for job in self.running:  # already in queue order
+            room = left.get(job.virtual_cluster)
+            if room is None or job.opportunistic:
+                continue
+            if _fits(job.usage, room):
+                inside.add(job.job_id)
+                left[job.virtual_cluster] = room - job.usage
+        return inside
