@@ -25,6 +25,7 @@ import os
 import platform
 import random
 import resource
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -211,35 +212,49 @@ class LiveCluster:
     queue_target: int
     queue: dict[str, JobRequest] = field(default_factory=dict)
     running: dict[str, list[TaskAllocation]] = field(default_factory=dict)
+    running_jobs: dict[str, JobRequest] = field(default_factory=dict)
+    preempted: int = 0
 
     def snapshot(self) -> ClusterSnapshot:
         allocations = tuple(a for allocs in self.running.values() for a in allocs)
         return ClusterSnapshot(self.nodes, tuple(self.queue.values()), allocations)
 
     def apply(self, plan: Plan) -> None:
-        """Admissions start running; infeasible jobs are rejected (leave the queue)."""
+        """Admissions start running; infeasible jobs are rejected (leave the queue); preemption
+        victims stop at once and go back to the queue with their submission time."""
         for admission in plan.admissions:
-            del self.queue[admission.job_id]
-            self.running[admission.job_id] = [
+            job = self.queue.pop(admission.job_id)
+            self.running_jobs[job.job_id] = job
+            self.running[job.job_id] = [
                 TaskAllocation(
-                    admission.job_id,
+                    job.job_id,
                     p.role,
                     p.index,
                     p.node,
                     p.resources,
                     p.gpu_indices,
                     p.all_ports(),
+                    virtual_cluster=job.virtual_cluster,
+                    priority=job.priority,
+                    submitted_at=job.submitted_at,
+                    user=job.user,
                 )
                 for p in admission.placements
             ]
         for never in plan.infeasible:
             del self.queue[never.job_id]
+        for preemption in plan.preemptions:
+            del self.running[preemption.victim_job_id]
+            victim = self.running_jobs.pop(preemption.victim_job_id)
+            self.queue[victim.job_id] = victim
+            self.preempted += 1
 
     def finish_some(self, rng: random.Random, fraction: float) -> int:
         """A random ``fraction`` of running jobs finish and release their allocations."""
         count = round(len(self.running) * fraction)
         for job_id in rng.sample(list(self.running), count):
             del self.running[job_id]
+            del self.running_jobs[job_id]
         return count
 
     def top_up(self) -> int:
@@ -352,6 +367,7 @@ def run_steady(cluster: LiveCluster, cycles: int, rng: random.Random) -> dict[st
         "admitted": admitted,
         "tasks_placed": tasks,
         "finished": finished,
+        "preempted": cluster.preempted,
         "admitted_per_second": admitted / total if total else 0.0,
         "mean_running_allocations": sum(allocations) / cycles,
         "gpus_in_use_at_end": cluster.gpus_in_use(),
@@ -406,6 +422,26 @@ def bench_size(size: int, args: argparse.Namespace, console: Console) -> dict[st
 # --------------------------------------------------------------------------------------------
 
 
+def _git(*args: str) -> str:
+    """Output of a read-only git command in the repository ("" if git is unavailable)."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=root, env=env, capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
+def core_version() -> str:
+    """The commit benchmarked, marked if src/shoal/core differs from it."""
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = _git("diff", "--name-only", "HEAD", "--", "src/shoal/core")
+    return f"{commit} (src/shoal/core modified)" if dirty else commit
+
+
 def machine_info() -> dict[str, Any]:
     model = "unknown"
     try:
@@ -416,6 +452,7 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {
+        "shoal_core": core_version(),
         "cpu_model": model,
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
@@ -453,6 +490,7 @@ TABLE_ROWS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
     ("steady: p99 cycle", "steady", lambda s: _ms(s["p99_seconds"])),
     ("steady: max cycle", "steady", lambda s: _ms(s["max_seconds"])),
     ("steady: jobs admitted (all cycles)", "steady", lambda s: f"{s['admitted']:,}"),
+    ("steady: jobs preempted (all cycles)", "steady", lambda s: f"{s['preempted']:,}"),
     ("steady: admitted/s in schedule()", "steady", lambda s: f"{s['admitted_per_second']:,.0f}"),
     ("tracemalloc: snapshot", "memory", lambda m: _mib(m, "snapshot_mib")),
     ("tracemalloc: snapshot + 1 cold cycle, peak", "memory", lambda m: _mib(m, "peak_mib")),
@@ -487,6 +525,7 @@ def report(console: Console, machine: dict[str, Any], results: list[dict[str, An
         f"Machine: {machine['cpu_model']}, {machine['cpu_count']} cores, "
         f"{machine['implementation']} {machine['python']}, {machine['platform']}"
     )
+    console.print(f"shoal commit: {machine['shoal_core']}")
     console.print(results_table(results))
     console.print(reference_table())
     console.print(

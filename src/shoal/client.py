@@ -195,6 +195,22 @@ class ShoalClient:
                 raise TimeoutError(f"job {ref} is still {job['state']} after {timeout_s}s")
             time.sleep(poll_s)
 
+    # ---- virtual clusters ----
+
+    def vcs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/virtual-clusters")
+        return result
+
+    def save_vc(self, name: str, settings: dict[str, Any], create: bool) -> dict[str, Any]:
+        method = "POST" if create else "PUT"
+        result: dict[str, Any] = self._call(
+            method, f"/api/v1/virtual-clusters/{name}", json=settings
+        )
+        return result
+
+    def delete_vc(self, name: str) -> None:
+        self._call("DELETE", f"/api/v1/virtual-clusters/{name}")
+
     # ---- cluster ----
 
     def health(self) -> bool:

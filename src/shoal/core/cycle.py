@@ -27,6 +27,10 @@ from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation
 NeverFits = Callable[[JobRequest], PendingReason | None]
 
 
+def _queue_key(job: JobRequest) -> tuple[int, float, str]:
+    return (-job.priority, job.submitted_at, job.job_id)
+
+
 class Cycle:
     def __init__(self, snapshot: ClusterSnapshot, never_fits: NeverFits) -> None:
         self.snapshot = snapshot
@@ -49,6 +53,21 @@ class Cycle:
         self.infeasible: list[InfeasibleJob] = []
         self.preemptions: list[Preemption] = []
         self._positions: dict[str, int] = {}
+
+    def order(self, queue: tuple[JobRequest, ...]) -> list[JobRequest]:
+        """Priority, then submission time, then id; with VCs, jobs inside their guarantee come
+        before borrowing ones and `oppo` jobs last, so capacity given back by preemption goes to
+        the job it was reclaimed for, not back to the borrower that was submitted earlier."""
+        if self.quota is None:
+            return sorted(queue, key=_queue_key)
+        rank = {Mode.GUARANTEED: 0, Mode.BORROWING: 1, Mode.OPPORTUNISTIC: 2}
+
+        def key(job: JobRequest) -> tuple[int, int, float, str]:
+            assert self.quota is not None
+            verdict = self.quota.classify(job)
+            return (rank.get(verdict, 0) if isinstance(verdict, Mode) else 0, *_queue_key(job))
+
+        return sorted(queue, key=key)
 
     def consider(self, job: JobRequest) -> None:
         shape = job.shape()

@@ -81,7 +81,7 @@ def schedule(snapshot: ClusterSnapshot, now: float) -> Plan:
     del now  # part of the contract; used by time-aware policies (aging)
     feasibility = _Feasibility(snapshot)
     cycle = Cycle(snapshot, feasibility.never_fits)
-    for job in sorted(snapshot.queue, key=queue_order):
+    for job in cycle.order(snapshot.queue):
         cycle.consider(job)
     return Plan(
         tuple(cycle.admissions),

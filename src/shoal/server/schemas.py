@@ -225,3 +225,33 @@ class LogUploadRequest(BaseModel):
 
 class LogUploadResponse(BaseModel):
     sizes: dict[str, dict[str, int]]
+
+
+# ---- virtual clusters ----
+
+
+class VirtualClusterIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    guarantee_cpu: float | None = Field(None, ge=0, description="None: cores are not limited.")
+    guarantee_memory_mib: int | None = Field(None, ge=0, description="None: not limited.")
+    guarantee_gpu: int = Field(0, ge=0)
+    borrow_cpu: float | None = Field(None, ge=0, description="None: may borrow any idle cores.")
+    borrow_memory_mib: int | None = Field(None, ge=0)
+    borrow_gpu: int | None = Field(None, ge=0, description="None: may borrow any idle GPUs.")
+    user_gpu_cap: int | None = Field(None, ge=0, description="GPUs one user may hold in it.")
+    preempt_within: bool = Field(True, description="Higher classes may preempt lower ones.")
+    members: list[str] = Field(default_factory=list, description="Users and groups.")
+
+
+class VirtualClusterOut(BaseModel):
+    name: str
+    description: str
+    guarantee: dict[str, float]
+    borrowLimit: dict[str, float] | None
+    used: dict[str, float]
+    userGpuCap: int | None
+    preemptWithin: bool
+    members: list[str]
+    clusterTotal: dict[str, float]

@@ -87,6 +87,7 @@ class Job(Base):
     pending_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     pending_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    preempted_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Task(Base):
@@ -140,3 +141,23 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text)
     role: Mapped[str | None] = mapped_column(String(64), nullable=True)
     index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class VirtualClusterRow(Base):
+    """A team's share of the cluster. ``guarantee_cpu/memory`` None: not limited by the quota;
+    ``borrow_*`` None: may borrow any idle capacity."""
+
+    __tablename__ = "virtual_clusters"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    guarantee_cpu_millis: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    guarantee_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    guarantee_gpu: Mapped[int] = mapped_column(Integer, default=0)
+    borrow_cpu_millis: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    borrow_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    borrow_gpu: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    user_gpu_cap: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    preempt_within: Mapped[bool] = mapped_column(Boolean, default=True)
+    members: Mapped[list[Any]] = mapped_column(JSON, default=list)  # user and group names
+    created_at: Mapped[float] = mapped_column(Float)

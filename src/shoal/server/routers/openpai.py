@@ -15,8 +15,9 @@ from sqlalchemy.orm import Session
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.schemas import SubmitRequest
+from shoal.server.schemas import SubmitRequest, VirtualClusterOut
 from shoal.server.services import jobs as job_service
+from shoal.server.services import vcs
 from shoal.server.services.views import current_tasks
 from shoal.store.models import Job, Task
 
@@ -227,3 +228,48 @@ def log_locations(
             {"name": "stderr", "uri": f"{base}&stream=stderr"},
         ]
     }
+
+
+def _pai_vc(vc: VirtualClusterOut) -> dict[str, Any]:
+    def resources(v: dict[str, float]) -> dict[str, float]:
+        return {
+            "cpu": v["cpu"],
+            "memory": v["memoryMiB"],
+            "gpu": v["gpu"],
+            "vCores": v["cpu"],
+            "GPUs": v["gpu"],
+        }
+
+    total = vc.clusterTotal
+    share = 100.0 * vc.guarantee["gpu"] / total["gpu"] if total["gpu"] else 0.0
+    used = 100.0 * vc.used["gpu"] / total["gpu"] if total["gpu"] else 0.0
+    limit = vc.borrowLimit
+    max_share = (
+        100.0
+        if limit is None
+        else min(100.0, share + (100.0 * limit["gpu"] / total["gpu"] if total["gpu"] else 0.0))
+    )
+    return {
+        "capacity": share,
+        "maxCapacity": max_share,
+        "usedCapacity": used,
+        "dedicated": False,
+        "resourcesUsed": resources(vc.used),
+        "resourcesGuaranteed": resources(vc.guarantee),
+        "resourcesTotal": resources(total),
+        "status": "RUNNING",
+    }
+
+
+@router.get("/virtual-clusters", response_model=None)
+def virtual_clusters(ctx: Context, caller: Caller) -> dict[str, Any]:
+    """OpenPAI's VC map: capacity, used and guaranteed resources per VC."""
+    return {vc.name: _pai_vc(vc) for vc in vcs.describe_all(ctx)}
+
+
+@router.get("/virtual-clusters/{name}", response_model=None)
+def virtual_cluster(name: str, ctx: Context, caller: Caller) -> dict[str, Any]:
+    for vc in vcs.describe_all(ctx):
+        if vc.name == name:
+            return _pai_vc(vc)
+    raise ApiError(404, "NoVirtualClusterError", f"virtual cluster {name} is not found")

@@ -9,7 +9,7 @@ from shoal import __version__
 from shoal.core.states import State
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import ClusterStatus, NodeOut
-from shoal.server.services.snapshot import HOLDING
+from shoal.server.services.nodes import HOLDING
 from shoal.store.models import Job, Node, Task
 
 router = APIRouter(tags=["system"])

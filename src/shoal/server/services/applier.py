@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from shoal.core.plan import Admission, PendingReason, Plan
+from shoal.core.plan import Admission, PendingReason, Plan, Preemption
 from shoal.core.states import JobEvent, State, advance_job
 from shoal.server.context import ServerContext
 from shoal.server.services.events import record
+from shoal.server.services.jobs import request_kill
 from shoal.store.models import Job, Task
 
 
@@ -30,7 +31,8 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
             job = _current(session, never.job_id, versions)
             if job is not None:
                 _mark_pending(session, job, never.reason, None, now)
-    if admitted:
+        preempted = sum(_preempt(session, p, now) for p in plan.preemptions)
+    if admitted or preempted:
         ctx.wake_agents()
     return admitted
 
@@ -78,6 +80,28 @@ def _admit(session: Session, job: Job, admission: Admission, now: float) -> None
         f"attempt {job.attempt}: all {len(admission.placements)} tasks placed on "
         f"{', '.join(nodes)}",
     )
+
+
+def _preempt(session: Session, preemption: Preemption, now: float) -> bool:
+    """Stop the victim's tasks; it returns to the queue (keeping its place) once they exit."""
+    victim = session.get(Job, preemption.victim_job_id)
+    if victim is None or victim.state != State.RUNNING.value:
+        return False
+    if victim.completing is not None or victim.stop_requested:
+        return False
+    victim.completing = "preempted"
+    victim.preempted_by = preemption.for_job_id
+    victim.version += 1
+    request_kill(session, victim.id)
+    record(session, victim.id, now, "preempted", preemption.message)
+    record(
+        session,
+        preemption.for_job_id,
+        now,
+        "preempting",
+        f"job {victim.id} is being preempted to make room for this job",
+    )
+    return True
 
 
 def _mark_pending(

@@ -19,7 +19,8 @@ from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import SubmitRequest
 from shoal.server.services.events import record
-from shoal.server.services.snapshot import load_nodes
+from shoal.server.services.nodes import load_nodes
+from shoal.server.services.vcs import ensure_exists
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_text
 from shoal.spec.model import JOB_NAME_RE, JobSpec, SourceFormat
@@ -100,12 +101,13 @@ def submit(
     ids: list[str] = []
     with ctx.db.write() as session:
         for spec in specs:
+            vc = request.virtual_cluster or spec.virtual_cluster or "default"
+            _check_membership(session, principal, vc)
             _check_conflicts(ctx, session, principal, spec)
             seq = (session.scalar(select(func.max(Job.seq))) or 0) + 1
             job_id = str(seq)
             if archive is not None:
                 store_archive(ctx, job_id, archive)
-            vc = request.virtual_cluster or spec.virtual_cluster or "default"
             session.add(_new_job(job_id, seq, spec, principal, vc, fmt, request, now))
             session.flush()
             record(
@@ -118,6 +120,18 @@ def submit(
             ids.append(job_id)
     ctx.wake_scheduler()
     return ids, warnings, specs[0].name
+
+
+def _check_membership(session: Session, principal: Principal, vc: str) -> None:
+    row = ensure_exists(session, vc)
+    members = set(row.members) if row is not None else set()
+    if row is None or principal.is_admin or not members or principal.user in members:
+        return
+    raise ApiError(
+        403,
+        "ForbiddenUserError",
+        f"you are not a member of virtual cluster {vc}; ask an admin to add you",
+    )
 
 
 def _check_conflicts(

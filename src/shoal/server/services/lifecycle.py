@@ -62,13 +62,15 @@ def on_exit(
             result.exit_code, result.signal, True, False, result.launch_error, result.lost
         )
     exit_class = classify_exit(result)
+    job = session.get(Job, task.job_id)
+    assert job is not None
+    if job.completing == "preempted" and exit_class is ExitClass.STOPPED:
+        exit_class = ExitClass.PREEMPTED
     task.exit_class = exit_class.value
     task.exit_code = reported_exit_code(result, exit_class)
     task.finished_at = now
     task.diagnostics = _diagnostics(result, exit_class)
     task.usage = dict(usage or {})
-    job = session.get(Job, task.job_id)
-    assert job is not None
     spec = spec_of(job)
     limit = spec.role(task.role).task_retry_count
     retrying = (
@@ -143,7 +145,19 @@ def settle_job(session: Session, job: Job, now: float) -> None:
     if job.state == State.RUNNING.value and job.completing is None and not job.stop_requested:
         _apply_verdict(session, job, tasks, now)
     if tasks and all(State(t.state).is_terminal for t in tasks):
-        if job.completing == "retry":
+        if job.completing == "preempted":
+            job.state = advance_job(State.RUNNING, JobEvent.PREEMPTED).value
+            record(
+                session,
+                job.id,
+                now,
+                "requeued",
+                f"back in the queue after preemption for job {job.preempted_by}; it keeps "
+                "its submission time, so its place",
+            )
+            job.completing = job.preempted_by = None
+            job.version += 1
+        elif job.completing == "retry":
             job.state = advance_job(State.RUNNING, JobEvent.RETRIED).value
             job.completing = None
             job.version += 1

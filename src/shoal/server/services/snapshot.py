@@ -6,36 +6,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.core.resources import ResourceVector
-from shoal.core.snapshot import ClusterSnapshot, JobRequest, NodeState, TaskAllocation
+from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation
 from shoal.core.states import State
 from shoal.planning import job_request
 from shoal.server.context import ServerContext
+from shoal.server.services.nodes import HOLDING, load_nodes
+from shoal.server.services.vcs import load_virtual_clusters
 from shoal.spec.model import JobSpec
-from shoal.store.models import Job, Node, Task
-
-HOLDING = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
+from shoal.store.models import Job, Task
 
 
-def node_state(node: Node) -> NodeState:
-    return NodeState(
-        name=node.name,
-        address=node.address,
-        capacity=ResourceVector(node.cpu_millis, node.memory_mib, len(node.gpu_indices)),
-        gpu_indices=tuple(node.gpu_indices),
-        gpu_type=node.gpu_type,
-        port_range=(node.port_low, node.port_high),
-        schedulable=node.schedulable and node.state == "READY",
-    )
-
-
-def load_nodes(session: Session, include_lost: bool = False) -> list[NodeState]:
-    query = select(Node)
-    if not include_lost:
-        query = query.where(Node.state == "READY")
-    return [node_state(n) for n in session.scalars(query)]
-
-
-def allocation(task: Task) -> TaskAllocation:
+def allocation(task: Task, job: Job) -> TaskAllocation:
     return TaskAllocation(
         job_id=task.job_id,
         role=task.role,
@@ -44,6 +25,11 @@ def allocation(task: Task) -> TaskAllocation:
         resources=ResourceVector(task.cpu_millis, task.memory_mib, len(task.gpu_indices)),
         gpu_indices=tuple(task.gpu_indices),
         ports=tuple(p for _, ports in task.ports for p in ports),
+        virtual_cluster=job.virtual_cluster,
+        priority=job.priority,
+        submitted_at=job.submitted_at,
+        user=job.user,
+        terminating=task.kill_requested or job.completing is not None or job.stop_requested,
     )
 
 
@@ -57,7 +43,12 @@ def request_of(ctx: ServerContext, job: Job) -> JobRequest:
     if cached is None:
         cached = job_request(spec_of(job), job.id, job.submitted_at, job.virtual_cluster)
         cached = JobRequest(
-            cached.job_id, cached.roles, job.priority, job.submitted_at, job.virtual_cluster
+            cached.job_id,
+            cached.roles,
+            job.priority,
+            job.submitted_at,
+            job.virtual_cluster,
+            job.user,
         )
         ctx.requests[key] = cached
     return cached
@@ -66,8 +57,10 @@ def request_of(ctx: ServerContext, job: Job) -> JobRequest:
 def load_snapshot(ctx: ServerContext, session: Session) -> tuple[ClusterSnapshot, dict[str, int]]:
     """The snapshot, and the version of each queued job (for guarded writes of the plan)."""
     nodes = load_nodes(session)
-    holding = session.scalars(select(Task).where(Task.state.in_(HOLDING)))
-    allocations = tuple(allocation(t) for t in holding)
+    holding = session.execute(
+        select(Task, Job).join(Job, Job.id == Task.job_id).where(Task.state.in_(HOLDING))
+    )
+    allocations = tuple(allocation(task, job) for task, job in holding)
     waiting = session.scalars(
         select(Job).where(Job.state == State.WAITING.value, Job.completing.is_(None))
     ).all()
@@ -76,4 +69,5 @@ def load_snapshot(ctx: ServerContext, session: Session) -> tuple[ClusterSnapshot
     live = {(j.id, j.version) for j in waiting}
     for key in [k for k in ctx.requests if k not in live]:
         del ctx.requests[key]
-    return ClusterSnapshot(tuple(nodes), queue, allocations), versions
+    vcs = load_virtual_clusters(session)
+    return ClusterSnapshot(tuple(nodes), queue, allocations, vcs), versions
