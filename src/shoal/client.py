@@ -130,6 +130,10 @@ class ShoalClient:
         result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}")
         return result
 
+    def why(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/pending-reason")
+        return result
+
     def stop(self, ref: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/api/v1/jobs/{ref}/stop")
         return result

@@ -197,7 +197,7 @@ def test_simulated_nodes_on_one_machine_give_distinct_endpoints() -> None:
     hosts = result.environment.for_task("actor", 0)["SHOAL_ACTOR_HOSTS"].split(",")
     assert len(hosts) == len(set(hosts)) == 3
     assert all(h.startswith("127.0.0.1:") for h in hosts)
-    assert result.environment.hostfile() == "127.0.0.1 slots=2\n127.0.0.1 slots=2\n"
+    assert result.environment.hostfile() == "127.0.0.1 slots=4\n"  # one line per host address
 
 
 def test_dry_run_without_room_has_no_environment() -> None:

@@ -100,6 +100,9 @@ w:
     assert pending["pending"]["code"] == "InsufficientGPU"
     assert "needs 2 GPUs on one node" in pending["pending"]["message"]
     assert pending["pending"]["position"] == 1
+    why = cluster.client.why(waiting)
+    assert why["blockers"] == [blocker]  # the job that has to finish first
+    assert why["code"] == "InsufficientGPU" and why["virtualCluster"] == "default"
     done = cluster.wait(waiting)
     assert done["state"] == "SUCCEEDED"
     first = cluster.client.job(blocker)

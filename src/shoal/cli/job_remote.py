@@ -248,3 +248,30 @@ def events(job: str = typer.Argument(...), output: OutputFormat = OUTPUT_OPTION)
             time.strftime("%H:%M:%S", time.localtime(e["at"])) + f".{int(e['at'] % 1 * 1000):03d}"
         )
         console.print(f"{stamp} {e['kind']:<9} {e['message']}", markup=False)
+
+
+@job_app.command()
+@api_errors
+def why(
+    job: str = typer.Argument(..., help="Job id or name."), output: OutputFormat = OUTPUT_OPTION
+) -> None:
+    """Why is this job pending? Its reason, queue position, and what stands in its way."""
+    detail = client().why(job)
+    if output is OutputFormat.JSON:
+        print_json(detail)
+        return
+    if detail["state"] != "WAITING":
+        console.print(f"job {detail['id']} is {detail['state']}, not waiting")
+        return
+    console.print(
+        f"job {detail['id']} waits in virtual cluster {detail['virtualCluster']}, "
+        f"position {detail['position'] or '?'} in its queue"
+    )
+    console.print(f"  {detail['code'] or 'Queued'}: {detail['message'] or 'not looked at yet'}")
+    if detail["preempting"]:
+        console.print(f"  being made room for by preempting: {', '.join(detail['preempting'])}")
+    blockers = detail["blockers"]
+    if blockers is None:
+        console.print("  it would not fit even on an idle cluster")
+    elif blockers:
+        console.print(f"  it fits once these jobs finish or are preempted: {', '.join(blockers)}")

@@ -60,7 +60,12 @@ class Cycle:
         the job it was reclaimed for, not back to the borrower that was submitted earlier."""
         if self.quota is None:
             return sorted(queue, key=_queue_key)
-        rank = {Mode.GUARANTEED: 0, Mode.BORROWING: 1, Mode.OPPORTUNISTIC: 2}
+        rank = {
+            Mode.GUARANTEED: 0,
+            Mode.RECLAIM_WITHIN: 0,
+            Mode.BORROWING: 1,
+            Mode.OPPORTUNISTIC: 2,
+        }
 
         def key(job: JobRequest) -> tuple[int, int, float, str]:
             assert self.quota is not None
@@ -81,6 +86,10 @@ class Cycle:
                 self._pend(job, verdict)
                 return
             mode = verdict
+        if mode is Mode.RECLAIM_WITHIN:  # quota says: not before lower classes make way
+            reclaimed = self._preempt_for(job, guaranteed=False)
+            self._pend(job, reclaimed or self._over_quota(job))
+            return
         reason = self.blocked.get(shape)
         if reason is None:
             reason = self._try(job, shape)
@@ -138,6 +147,13 @@ class Cycle:
 
     def _after_failure(self, job: JobRequest, mode: Mode, reason: PendingReason) -> PendingReason:
         """With VCs: make room by preemption if entitled; else reserve room if it heads its VC."""
+        assert self.quota is not None
+        if mode is Mode.BORROWING and self.quota.relief_within(job):
+            reclaimed = self._preempt_for(job, guaranteed=False)
+            if reclaimed is not None:
+                return reclaimed
+        if mode is not Mode.GUARANTEED and len(self.quota.vcs) == 1:
+            return reason  # one VC: "past its guarantee" just means the cluster is full
         if mode is not Mode.GUARANTEED:
             return PendingReason(
                 ReasonCode.NO_IDLE_CAPACITY,
@@ -154,21 +170,33 @@ class Cycle:
                 ReasonCode.WAITING_FOR_PREEMPTION,
                 f"waiting for stopping tasks to exit; then it fits ({reason.message})",
             )
-        preempted = self._preempt_for(job)
+        preempted = self._preempt_for(job, guaranteed=True)
         if preempted is not None:
             return preempted
         self._reserve_head(job)
         return reason
 
-    def _preempt_for(self, job: JobRequest) -> PendingReason | None:
+    def _over_quota(self, job: JobRequest) -> PendingReason:
         assert self.quota is not None
-        vc = self.quota.vcs.get(job.virtual_cluster)
-        candidates = eligible_victims(job, True, self.quota.running, self.inside, vc, self.taken)
+        return PendingReason(
+            ReasonCode.OVER_QUOTA,
+            f"virtual cluster {job.virtual_cluster} has no quota left for it, and preempting "
+            "the lower priority jobs of the VC would not make enough room",
+        )
+
+    def _preempt_for(self, job: JobRequest, guaranteed: bool) -> PendingReason | None:
+        quota = self.quota
+        assert quota is not None
+        vc = quota.vcs.get(job.virtual_cluster)
+        candidates = eligible_victims(job, guaranteed, quota.running, self.inside, vc, self.taken)
         if not candidates:
             return None
         already = self.terminating | self.taken
+        by_id = {r.job_id: r for r in quota.running}
 
         def fits(free: frozenset[str]) -> bool:
+            if not quota.room_after(job, (by_id[j] for j in free if j in by_id)):
+                return False
             return self._simulate(job, free) is not None
 
         victims = choose_victims(candidates, frozenset(already), fits)

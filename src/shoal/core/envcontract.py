@@ -71,11 +71,12 @@ class JobEnvironment:
         self._shared = self._shared_env()
 
     def hostfile(self) -> str:
-        """MPI-style hostfile: one line per node, ``address slots=N``, in node-rank order."""
-        first: dict[str, str] = {}
+        """MPI-style hostfile: one line per host address, ``address slots=N``, in node-rank
+        order (simulated nodes that share one address share one line)."""
+        slots: dict[str, int] = {}
         for p in self.placements:
-            first.setdefault(p.node, p.address)
-        return "".join(f"{first[n]} slots={self._per_node[n]}\n" for n in self._node_rank)
+            slots[p.address] = slots.get(p.address, 0) + 1
+        return "".join(f"{address} slots={count}\n" for address, count in slots.items())
 
     def for_task(self, role: str, index: int) -> dict[str, str]:
         me = self._by_task[(role, index)]

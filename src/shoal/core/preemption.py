@@ -29,6 +29,8 @@ def eligible_victims(
     vc: VirtualCluster | None,
     taken: set[str],
 ) -> list[RunningJob]:
+    """``guaranteed``: the job is inside its VC's guarantee, so it may also reclaim borrowed
+    capacity and displace `oppo` jobs; otherwise only lower classes of its own VC qualify."""
     if job.opportunistic:
         return []
     within = vc is not None and vc.preempt_within
@@ -37,7 +39,7 @@ def eligible_victims(
         if other.terminating or other.job_id in taken or other.job_id == job.job_id:
             return False
         if other.opportunistic:
-            return True
+            return guaranteed
         if other.virtual_cluster != job.virtual_cluster:
             return guaranteed and other.job_id not in inside_guarantee
         return within and other.priority < job.priority

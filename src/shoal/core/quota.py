@@ -58,8 +58,9 @@ def running_jobs(allocations: Iterable[TaskAllocation]) -> list[RunningJob]:
 
 
 class Admission(StrEnum):
-    GUARANTEED = "guaranteed"
-    BORROWING = "borrowing"
+    GUARANTEED = "guaranteed"  # fits in the VC's guarantee
+    BORROWING = "borrowing"  # past the guarantee, within the borrowing limit: idle capacity
+    RECLAIM_WITHIN = "reclaim-within"  # only after lower classes of its own VC make way
     OPPORTUNISTIC = "opportunistic"
 
 
@@ -109,16 +110,35 @@ class QuotaLedger:
         after = self.usage[vc.name] + need
         if _fits(after, vc.guarantee):
             return Admission.GUARANTEED
-        if vc.preempt_within and _fits(after - self._lower_priority_usage(job), vc.guarantee):
-            return Admission.GUARANTEED  # inside the guarantee once lower classes make way
         if vc.borrow_limit is None or _fits(after, vc.guarantee + vc.borrow_limit):
             return Admission.BORROWING
+        if self.relief_within(job):
+            return Admission.RECLAIM_WITHIN
         return PendingReason(
             ReasonCode.OVER_QUOTA,
             f"virtual cluster {vc.name} uses {self.usage[vc.name].describe()} of its guarantee "
             f"{vc.guarantee.describe()} plus borrowing limit {vc.borrow_limit.describe()}; "
             f"this job needs {need.describe()} more",
         )
+
+    def relief_within(self, job: JobRequest) -> bool:
+        """Whether preempting lower classes of its own VC would bring the job inside the
+        guarantee (when the VC allows that)."""
+        vc = self.vcs.get(job.virtual_cluster)
+        if vc is None or not vc.preempt_within or job.opportunistic:
+            return False
+        after = self.usage[vc.name] + job.total
+        return _fits(after - self._lower_priority_usage(job), vc.guarantee)
+
+    def room_after(self, job: JobRequest, freed: Iterable[RunningJob]) -> bool:
+        """Whether the job's VC stays within guarantee plus borrowing limit once ``freed`` go."""
+        vc = self.vcs[job.virtual_cluster]
+        usage = self.usage[vc.name] + job.total
+        for other in freed:
+            if other.virtual_cluster == vc.name and not other.opportunistic:
+                usage = usage - other.usage
+        limit = vc.guarantee if vc.borrow_limit is None else vc.guarantee + vc.borrow_limit
+        return _fits(usage, limit)
 
     def _lower_priority_usage(self, job: JobRequest) -> ResourceVector:
         total = ResourceVector()

@@ -47,7 +47,7 @@ class TaskEvent(StrEnum):
 
 class InvalidTransition(Exception):
     def __init__(self, entity: str, state: State, event: str) -> None:
-        super().__init__(f"{entity} cannot go from {state} on event {event!r}")
+        super().__init__(f"{entity} cannot go from {state.value} on event {str(event)!r}")
         self.state = state
         self.event = event
 

@@ -49,6 +49,20 @@ class PendingReasonOut(BaseModel):
     position: int | None = None
 
 
+class PendingDetail(BaseModel):
+    id: str
+    state: str
+    virtualCluster: str
+    code: str | None
+    message: str | None
+    position: int | None
+    blockers: list[str] | None = Field(
+        description="Running jobs that would have to finish or be preempted for it to fit "
+        "(null: it would not fit even on an idle cluster)."
+    )
+    preempting: list[str] = Field(description="Jobs being preempted to make room for it.")
+
+
 class TaskOut(BaseModel):
     role: str
     index: int

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from sqlalchemy import select
 
+from shoal.core.states import State
+from shoal.core.why import blocking_jobs
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import (
@@ -14,6 +16,7 @@ from shoal.server.schemas import (
     JobDetail,
     JobSummary,
     LogChunk,
+    PendingDetail,
     ProblemOut,
     StopResult,
     SubmitRequest,
@@ -21,6 +24,7 @@ from shoal.server.schemas import (
 )
 from shoal.server.services import jobs as job_service
 from shoal.server.services.logs import read_chunk
+from shoal.server.services.snapshot import load_snapshot, request_of
 from shoal.server.services.views import job_detail, job_events, job_summary
 from shoal.store.models import Job, Task
 
@@ -73,6 +77,28 @@ def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
     """One job with its current attempt's tasks. ``job`` is an id or a name."""
     with ctx.db.read() as session:
         return job_detail(session, job_service.find_job(session, caller, job))
+
+
+@router.get("/{job}/pending-reason", response_model=PendingDetail)
+def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
+    """Why a job waits: reason, queue position in its VC, and what stands in its way."""
+    with ctx.db.read() as session:
+        found = job_service.find_job(session, caller, job)
+        blockers: list[str] | None = []
+        if found.state == State.WAITING.value:
+            snapshot, _ = load_snapshot(ctx, session)
+            blockers = blocking_jobs(snapshot, request_of(ctx, found))
+        preempting = list(session.scalars(select(Job.id).where(Job.preempted_by == found.id)))
+        return PendingDetail(
+            id=found.id,
+            state=found.state,
+            virtualCluster=found.virtual_cluster,
+            code=found.pending_code,
+            message=found.pending_message,
+            position=found.pending_position,
+            blockers=blockers,
+            preempting=preempting,
+        )
 
 
 @router.post("/{job}/stop", response_model=StopResult, status_code=202)

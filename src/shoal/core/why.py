@@ -1,0 +1,28 @@
+""" "Why is my job pending?": the running jobs that would have to finish (or be preempted) before
+a waiting job fits, found with the same simulation the preemption logic uses."""
+
+from __future__ import annotations
+
+from shoal.core.placement import NodePool, PlacementFailure
+from shoal.core.preemption import choose_victims
+from shoal.core.quota import running_jobs
+from shoal.core.snapshot import ClusterSnapshot, JobRequest
+
+
+def blocking_jobs(snapshot: ClusterSnapshot, job: JobRequest, limit: int = 20) -> list[str] | None:
+    """The fewest running jobs whose end would let ``job`` fit now, newest and lowest priority
+    first; ``[]`` if it fits already, None if even an idle cluster would not do."""
+    running = running_jobs(snapshot.allocations)
+    candidates = sorted(running, key=lambda r: (r.priority, -r.submitted_at, r.job_id))
+
+    def fits(freed: frozenset[str]) -> bool:
+        held = [a for a in snapshot.allocations if a.job_id not in freed]
+        pool = NodePool(snapshot.nodes, held)
+        return not isinstance(pool.place_job(job, commit=False), PlacementFailure)
+
+    if fits(frozenset()):
+        return []
+    chosen = choose_victims(candidates, frozenset(), fits)
+    if chosen is None:
+        return None
+    return [c.job_id for c in chosen][:limit]
