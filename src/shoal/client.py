@@ -57,9 +57,10 @@ def discover(home: Path | None = None) -> Endpoint:
         info = home / "server.json"
         url = json.loads(info.read_text())["url"] if info.exists() else "http://127.0.0.1:8476"
     token = os.environ.get("SHOAL_TOKEN")
-    if token is None:
-        path = home / "admin.token"
-        token = path.read_text().strip() if path.exists() else None
+    for name in ("token", "admin.token"):  # `shoal login` writes "token"; `shoal up` the other
+        path = home / name
+        if token is None and path.exists():
+            token = path.read_text().strip()
     return Endpoint(url, token)
 
 
@@ -214,6 +215,40 @@ class ShoalClient:
 
     def delete_vc(self, name: str) -> None:
         self._call("DELETE", f"/api/v1/virtual-clusters/{name}")
+
+    # ---- users and tokens ----
+
+    def create_user(
+        self, name: str, admin: bool, groups: list[str], password: str | None
+    ) -> dict[str, Any]:
+        body = {"name": name, "admin": admin, "groups": groups, "password": password}
+        result: dict[str, Any] = self._call("POST", "/api/v1/users", json=body)
+        return result
+
+    def users(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/users")
+        return result
+
+    def delete_user(self, name: str) -> None:
+        self._call("DELETE", f"/api/v1/users/{name}")
+
+    def me(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/api/v1/me")
+        return result
+
+    def create_token(
+        self, label: str, expires_in_s: float | None, application: bool
+    ) -> dict[str, Any]:
+        body = {"label": label, "expires_in_s": expires_in_s, "application": application}
+        result: dict[str, Any] = self._call("POST", "/api/v1/tokens", json=body)
+        return result
+
+    def tokens(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/tokens")
+        return result
+
+    def revoke_token(self, token_id: int) -> None:
+        self._call("DELETE", f"/api/v1/tokens/{token_id}")
 
     # ---- cluster ----
 

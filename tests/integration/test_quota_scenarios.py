@@ -35,7 +35,8 @@ def test_a_team_borrows_the_idle_half_and_gives_it_back(cluster: LocalCluster) -
     assert b_done["state"] == "SUCCEEDED"
     timeline = sorted(
         (e["at"] - submitted, j, e["kind"], e["message"])
-        for j in [*a_jobs, b_job] for e in cluster.client.events(j)
+        for j in [*a_jobs, b_job]
+        for e in cluster.client.events(j)
     )
     assert b_done["launchedAt"] - submitted < 2.0 + 4.0, "\n".join(
         f"{t:7.3f} job {j} {k}: {m}" for t, j, k, m in timeline

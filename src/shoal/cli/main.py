@@ -7,6 +7,7 @@ import typer
 from shoal import __version__
 from shoal.cli import cluster_commands, job_remote, run_command
 from shoal.cli.job_commands import job_app
+from shoal.cli.user_commands import login, token_app, user_app
 from shoal.cli.vc_commands import vc_app
 
 app = typer.Typer(
@@ -19,6 +20,9 @@ app = typer.Typer(
 app.add_typer(job_app, name="job")
 app.add_typer(cluster_commands.node_app, name="node")
 app.add_typer(vc_app, name="vc")
+app.add_typer(user_app, name="user")
+app.add_typer(token_app, name="token")
+app.command()(login)
 app.command()(cluster_commands.up)
 app.command()(cluster_commands.down)
 app.command()(cluster_commands.status)

@@ -16,7 +16,7 @@ from shoal import __version__
 from shoal.server.auth import ensure_token_file
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
-from shoal.server.routers import agent, jobs, openpai, system, vcs
+from shoal.server.routers import agent, jobs, openpai, system, users, vcs
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, sqlite_url
 
@@ -62,6 +62,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(agent.router)
     app.include_router(vcs.router)
+    app.include_router(users.router)
     app.include_router(openpai.router)
 
     @app.exception_handler(ApiError)

@@ -21,6 +21,7 @@ class Principal:
     user: str
     is_admin: bool
     kind: str  # user | application | agent
+    groups: tuple[str, ...] = ()
 
 
 def hash_token(token: str) -> str:
@@ -80,4 +81,4 @@ def authenticate(db: Database, token: str, now: float) -> Principal | None:
     found, user = row
     if found.revoked_at is not None or (found.expires_at is not None and found.expires_at <= now):
         return None
-    return Principal(user.name, user.is_admin, found.kind)
+    return Principal(user.name, user.is_admin, found.kind, tuple(user.groups or ()))

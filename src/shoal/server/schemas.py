@@ -269,3 +269,54 @@ class VirtualClusterOut(BaseModel):
     preemptWithin: bool
     members: list[str]
     clusterTotal: dict[str, float]
+
+
+# ---- users and tokens ----
+
+
+class UserIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    admin: bool = False
+    groups: list[str] = Field(default_factory=list)
+    password: str | None = Field(None, description="For OpenPAI-style basic login.")
+
+
+class UserOut(BaseModel):
+    name: str
+    admin: bool
+    groups: list[str]
+
+
+class NewUser(UserOut):
+    token: str = Field(description="The user's first API token; shown once.")
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = ""
+    expires_in_s: float | None = Field(None, gt=0, description="None: does not expire.")
+    application: bool = Field(False, description="Limited to job operations.")
+
+
+class TokenOut(BaseModel):
+    id: int
+    user: str
+    kind: str
+    label: str
+    createdAt: float
+    expiresAt: float | None
+    revoked: bool
+
+
+class NewToken(TokenOut):
+    token: str = Field(description="The secret; shown once, stored only as a hash.")
+
+
+class Me(BaseModel):
+    name: str
+    admin: bool
+    groups: list[str]
+    tokenKind: str

@@ -19,6 +19,8 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    groups: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    password_hash: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class Token(Base):

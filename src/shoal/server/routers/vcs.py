@@ -9,13 +9,13 @@ from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import VirtualClusterIn, VirtualClusterOut
 from shoal.server.services import vcs
+from shoal.server.services.users import require_admin
 
 router = APIRouter(prefix="/api/v1/virtual-clusters", tags=["virtual clusters"])
 
 
 def _admin(caller: Principal) -> None:
-    if not caller.is_admin:
-        raise ApiError(403, "ForbiddenUserError", "only admins manage virtual clusters")
+    require_admin(caller)
 
 
 def _valid_name(name: str) -> None:

@@ -1,0 +1,84 @@
+"""Users, tokens and login: ``/api/v1/users``, ``/api/v1/tokens``, ``/api/v1/me`` and OpenPAI's
+``POST /api/v2/authn/basic/login``."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+
+from shoal.server.context import ApiError
+from shoal.server.deps import Caller, Context
+from shoal.server.schemas import Me, NewToken, NewUser, TokenIn, TokenOut, UserIn, UserOut
+from shoal.server.services import users
+
+router = APIRouter(tags=["users"])
+
+DEFAULT_LOGIN_S = 86400.0
+MAX_LOGIN_S = 7 * 86400.0
+
+
+@router.post("/api/v1/users", response_model=NewUser, status_code=201)
+def create_user(body: UserIn, ctx: Context, caller: Caller) -> NewUser:
+    """Create a user (admins); the answer carries their first token, shown only this once."""
+    user, token = users.create_user(ctx, caller, body)
+    return NewUser(**user.model_dump(), token=token)
+
+
+@router.get("/api/v1/users", response_model=list[UserOut])
+def list_users(ctx: Context, caller: Caller) -> list[UserOut]:
+    return users.list_users(ctx, caller)
+
+
+@router.delete("/api/v1/users/{name}", status_code=204)
+def delete_user(name: str, ctx: Context, caller: Caller) -> None:
+    users.delete_user(ctx, caller, name)
+
+
+@router.get("/api/v1/me", response_model=Me)
+def me(caller: Caller) -> Me:
+    return Me(
+        name=caller.user, admin=caller.is_admin, groups=list(caller.groups), tokenKind=caller.kind
+    )
+
+
+@router.post("/api/v1/tokens", response_model=NewToken, status_code=201)
+def create_token(body: TokenIn, ctx: Context, caller: Caller) -> NewToken:
+    """A new token for yourself; ``application`` tokens may only operate on jobs."""
+    out, token = users.create_token(ctx, caller, body.label, body.expires_in_s, body.application)
+    return NewToken(**out.model_dump(), token=token)
+
+
+@router.get("/api/v1/tokens", response_model=list[TokenOut])
+def list_tokens(ctx: Context, caller: Caller) -> list[TokenOut]:
+    """Your tokens (all, for admins); never their secret values."""
+    return users.list_tokens(ctx, caller)
+
+
+@router.delete("/api/v1/tokens/{token_id}", status_code=204)
+def revoke_token(token_id: int, ctx: Context, caller: Caller) -> None:
+    users.revoke_token(ctx, caller, token_id)
+
+
+@router.post("/api/v2/authn/basic/login")
+async def basic_login(request: Request, ctx: Context) -> dict[str, object]:
+    """OpenPAI's login: form (or JSON) ``username``, ``password``, ``expiration`` seconds."""
+    raw = await request.body()
+    if request.headers.get("content-type", "").startswith("application/json"):
+        try:
+            fields = {k: str(v) for k, v in json.loads(raw or b"{}").items()}
+        except (ValueError, AttributeError):
+            raise ApiError(400, "InvalidParametersError", "the body is not a JSON object") from None
+    else:
+        fields = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
+    if not fields.get("username") or not fields.get("password"):
+        raise ApiError(400, "InvalidParametersError", "username and password are required")
+    try:
+        expiration = float(fields.get("expiration", DEFAULT_LOGIN_S))
+    except ValueError:
+        raise ApiError(400, "InvalidParametersError", "expiration is a number of seconds") from None
+    if not 60 <= expiration <= MAX_LOGIN_S:
+        raise ApiError(400, "InvalidParametersError", "expiration must be 60 s to 7 days")
+    token, admin = users.login(ctx, fields["username"], fields["password"], expiration)
+    return {"token": token, "user": fields["username"], "admin": admin}
