@@ -94,6 +94,8 @@ class ShoalClient:
                 str(body.get("message", body.get("detail", response.reason_phrase))),
                 body.get("problems"),
             )
+        if response.status_code == 204 or not response.content:
+            return None
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text

@@ -125,3 +125,62 @@ def test_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
     assert down.returncode == 0 and "is down" in down.stdout
     for gone in (run["server_pid"], run["agent_pid"], pid):
         assert not psutil.pid_exists(gone) or psutil.Process(gone).status() == "zombie"
+
+
+def test_vcs_users_and_tokens_from_the_cli(cluster: LocalCluster, tmp_path: Path) -> None:
+    (cluster.home / "server.json").write_text(json.dumps({"url": cluster.info.url}))
+    made = shoal(
+        cluster.home,
+        "vc",
+        "create",
+        "team-a",
+        "--guarantee",
+        "gpu=2,cpu=2,memory=2Gi",
+        "--borrow-limit",
+        "gpu=1",
+        "--members",
+        "alice",
+        "--user-gpu-cap",
+        "1",
+    )
+    assert made.returncode == 0, made.stderr
+    too_big = shoal(cluster.home, "vc", "create", "team-b", "--guarantee", "gpu=3")
+    assert too_big.returncode == 1 and "more than the cluster" in too_big.stderr
+    vcs = {v["name"]: v for v in json.loads(shoal(cluster.home, "vc", "list", "-o", "json").stdout)}
+    assert vcs["team-a"]["guarantee"] == {"cpu": 2.0, "memoryMiB": 2048.0, "gpu": 2.0}
+    assert vcs["default"]["guarantee"]["gpu"] == 2.0  # what team-a leaves
+    user = json.loads(shoal(cluster.home, "user", "create", "alice", "-o", "json").stdout)
+    assert user["name"] == "alice" and user["token"].startswith("shoal_")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("version: 1\nname: mine\nvc: team-a\nroles:\n  a:\n    command: 'true'\n")
+    env_alice = {"SHOAL_TOKEN": user["token"]}
+    submitted = shoal_env(
+        cluster.home, env_alice, "job", "submit", str(job_file), "--wait", "-o", "json"
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert json.loads(submitted.stdout)["state"] == "SUCCEEDED"
+    theirs = json.loads(
+        shoal_env(cluster.home, env_alice, "job", "list", "--all", "-o", "json").stdout
+    )
+    assert [j["user"] for j in theirs] == ["alice"]
+    updated = shoal(cluster.home, "vc", "update", "team-a", "--guarantee", "gpu=1")
+    assert updated.returncode == 0
+    listed = json.loads(shoal(cluster.home, "vc", "list", "-o", "json").stdout)
+    assert {v["name"]: v["guarantee"]["gpu"] for v in listed} == {"default": 3.0, "team-a": 1.0}
+    tokens = shoal_env(cluster.home, env_alice, "token", "list", "-o", "json")
+    assert user["token"] not in tokens.stdout
+    deleted = shoal(cluster.home, "vc", "delete", "team-a")
+    assert deleted.returncode == 0
+
+
+def shoal_env(home: Path, extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env.update(SHOAL_HOME=str(home), **extra)
+    return subprocess.run(
+        [sys.executable, "-m", "shoal", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
