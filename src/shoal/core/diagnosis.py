@@ -13,9 +13,12 @@ def explain(pool: NodePool, job: JobRequest, failure: PlacementFailure) -> Pendi
     task = f"{role.name}[{failure.index}]"
     if not pool.active:
         return PendingReason(ReasonCode.NO_SCHEDULABLE_NODES, "no schedulable node is registered")
-    single = _single_task_reason(pool, role, task)
+    key = (role.per_instance, role.gpu_type, sum(c for _, c in role.ports), pool.generation)
+    if key not in pool.reason_cache:  # many shapes fail on the same task need: explain it once
+        pool.reason_cache[key] = _single_task_reason(pool, role, "{task}")
+    single = pool.reason_cache[key]
     if single is not None:
-        return single
+        return PendingReason(single.code, single.message.replace("{task}", task))
     need = job.total
     return PendingReason(
         ReasonCode.GANG_DOES_NOT_FIT,

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from shoal.core.plan import TaskPlacement
+from shoal.core.plan import PendingReason, TaskPlacement
 from shoal.core.snapshot import JobRequest, NodeState, RoleRequest, TaskAllocation
 
 
@@ -67,6 +67,15 @@ class NodePool:
             self.buckets[len(self.free_gpus[i])].append(i)
         self._journal: list[_Undo] = []
         self.reserved_by: list[str | None] = [None] * len(self.nodes)
+        self._ports_in_range = [self._count_ports(i) for i in range(len(self.nodes))]
+        # Scan cursors: per free-GPU bucket and request, the lowest node index that may still
+        # fit. Free resources only shrink during a cycle, except when a node (re)enters a bucket
+        # or an undo gives resources back; those nodes are logged in ``_entered`` and lower the
+        # cursors that have not seen them yet. Same answers as a full scan, far fewer checks.
+        self._cursors: list[dict[tuple[object, ...], tuple[int, int]]] = [{} for _ in self.buckets]
+        self._entered: list[list[int]] = [[] for _ in self.buckets]
+        self.generation = 0  # changes whenever free resources shrink for good
+        self.reason_cache: dict[tuple[object, ...], PendingReason | None] = {}
 
     def _hold(self, index: dict[str, int], alloc: TaskAllocation) -> None:
         i = index.get(alloc.node)
@@ -78,10 +87,13 @@ class NodePool:
         self.free_gpus[i] = [g for g in self.free_gpus[i] if g not in taken]
         self.used_ports[i].update(alloc.ports)
 
+    def _count_ports(self, i: int) -> int:
+        low, high = self.nodes[i].port_range
+        return sum(1 for p in self.used_ports[i] if low <= p < high)
+
     def free_ports(self, i: int) -> int:
         low, high = self.nodes[i].port_range
-        used_in_range = sum(1 for p in self.used_ports[i] if low <= p < high)
-        return (high - low) - used_in_range
+        return (high - low) - self._ports_in_range[i]
 
     def fits(self, i: int, role: RoleRequest, port_count: int) -> bool:
         need = role.per_instance
@@ -96,11 +108,30 @@ class NodePool:
 
     def find_node(self, role: RoleRequest) -> int | None:
         port_count = sum(count for _, count in role.ports)
+        key = (role.per_instance, role.gpu_type if role.per_instance.gpu else None, port_count)
         for free in range(role.per_instance.gpu, self.max_gpus + 1):
-            for i in self.buckets[free]:
+            bucket = self.buckets[free]
+            if not bucket:
+                continue
+            start = self._cursor(free, key)
+            for position in range(bisect.bisect_left(bucket, start), len(bucket)):
+                i = bucket[position]
                 if self.fits(i, role, port_count):
+                    self._cursors[free][key] = (i, len(self._entered[free]))
                     return i
+            self._cursors[free][key] = (len(self.nodes), len(self._entered[free]))
         return None
+
+    def _cursor(self, bucket: int, key: tuple[object, ...]) -> int:
+        index, seen = self._cursors[bucket].get(key, (0, 0))
+        entered = self._entered[bucket]
+        if seen < len(entered):
+            index = min(index, *entered[seen:])
+        return index
+
+    def _mark_entered(self, i: int) -> None:
+        if self.is_active[i]:
+            self._entered[len(self.free_gpus[i])].append(i)
 
     def place_job(
         self, job: JobRequest, *, commit: bool = True
@@ -133,6 +164,7 @@ class NodePool:
                 placed.append(self._take(node, role, index))
         if commit:
             del self._journal[mark:]
+            self.generation += 1
         else:
             self._undo_to(mark)
         position = {role.name: i for i, role in enumerate(job.roles)}
@@ -154,7 +186,9 @@ class NodePool:
                 self.free_gpus[i] = [g for g in self.free_gpus[i] if g not in wanted]
                 self._rebucket(i, before)
             self.used_ports[i].update(placement.all_ports())
+            self._ports_in_range[i] = self._count_ports(i)
             self.reserved_by[i] = self.reserved_by[i] or job_id
+        self.generation += 1
 
     def capacity_count(self, role: RoleRequest) -> int:
         """How many instances of ``role`` the pool could hold if nothing else were placed."""
@@ -208,6 +242,7 @@ class NodePool:
                 got.append(port)
             port = port + 1 if port + 1 < high else low
         self.cursor[i] = port
+        self._ports_in_range[i] += len(got)
         return got
 
     def _undo_to(self, mark: int) -> None:
@@ -221,7 +256,9 @@ class NodePool:
                 self.free_gpus[i] = sorted(self.free_gpus[i] + undo.gpus)
                 self._rebucket(i, before)
             self.used_ports[i].difference_update(undo.ports)
+            self._ports_in_range[i] -= len(undo.ports)
             self.cursor[i] = undo.cursor
+            self._mark_entered(i)  # it has more room again
 
     def _rebucket(self, i: int, before: int) -> None:
         after = len(self.free_gpus[i])
@@ -230,6 +267,7 @@ class NodePool:
         old = self.buckets[before]
         del old[bisect.bisect_left(old, i)]
         bisect.insort(self.buckets[after], i)
+        self._entered[after].append(i)
 
 
 MAX_ROLE_ORDERS = 6
