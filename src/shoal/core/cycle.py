@@ -36,12 +36,14 @@ class Cycle:
         self.snapshot = snapshot
         self.never_fits_check = never_fits
         self.pool = NodePool(snapshot.nodes, snapshot.allocations)
-        running = running_jobs(snapshot.allocations)
-        self.quota = (
-            QuotaLedger(snapshot.virtual_clusters, running) if snapshot.virtual_clusters else None
-        )
-        self.inside = self.quota.inside_guarantee() if self.quota else set()
-        self.terminating = frozenset(r.job_id for r in running if r.terminating)
+        if snapshot.virtual_clusters:
+            running = running_jobs(snapshot.allocations)
+            self.quota: QuotaLedger | None = QuotaLedger(snapshot.virtual_clusters, running)
+            self.inside = self.quota.inside_guarantee()
+        else:  # no quotas: only the jobs being stopped matter
+            self.quota = None
+            self.inside = set()
+        self.terminating = frozenset(a.job_id for a in snapshot.allocations if a.terminating)
         self.taken: set[str] = set()  # victims chosen in this cycle
         self.admitted_allocations: list[TaskAllocation] = []
         self.reserved_vcs: set[str] = set()

@@ -39,7 +39,7 @@ def _single_task_reason(pool: NodePool, role: RoleRequest, task: str) -> Pending
                 f"{task} needs GPU type {role.gpu_type!r}; no schedulable node has it",
             )
     if need.gpu:
-        best = max(candidates, key=lambda i: (len(pool.free_gpus[i]), -i))
+        best = max(candidates, key=lambda i: len(pool.free_gpus[i]))  # first max: lowest index
         largest = len(pool.free_gpus[best])
         if largest < need.gpu:
             where = f"{largest} on {pool.nodes[best].name}" if largest else "0 (no GPU is free)"
@@ -49,7 +49,7 @@ def _single_task_reason(pool: NodePool, role: RoleRequest, task: str) -> Pending
             )
         candidates = [i for i in candidates if len(pool.free_gpus[i]) >= need.gpu]
     with_gpus = f" on a node with {need.gpu} free GPUs" if need.gpu else ""
-    best = max(candidates, key=lambda i: (pool.free_cpu[i], -i))
+    best = max(candidates, key=pool.free_cpu.__getitem__)
     if pool.free_cpu[best] < need.cpu_millis:
         return PendingReason(
             ReasonCode.INSUFFICIENT_CPU,
@@ -57,7 +57,7 @@ def _single_task_reason(pool: NodePool, role: RoleRequest, task: str) -> Pending
             f"{max(pool.free_cpu[best], 0) / 1000:g} on {pool.nodes[best].name}",
         )
     candidates = [i for i in candidates if pool.free_cpu[i] >= need.cpu_millis]
-    best = max(candidates, key=lambda i: (pool.free_memory[i], -i))
+    best = max(candidates, key=pool.free_memory.__getitem__)
     if pool.free_memory[best] < need.memory_mib:
         return PendingReason(
             ReasonCode.INSUFFICIENT_MEMORY,
@@ -66,7 +66,7 @@ def _single_task_reason(pool: NodePool, role: RoleRequest, task: str) -> Pending
         )
     candidates = [i for i in candidates if pool.free_memory[i] >= need.memory_mib]
     ports = sum(count for _, count in role.ports)
-    best = max(candidates, key=lambda i: (pool.free_ports(i), -i))
+    best = max(candidates, key=pool.free_ports)
     if pool.free_ports(best) < ports:
         return PendingReason(
             ReasonCode.INSUFFICIENT_PORTS,

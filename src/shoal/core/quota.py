@@ -76,6 +76,7 @@ class QuotaLedger:
         self.running = list(running)
         self.usage: dict[str, ResourceVector] = {name: ResourceVector() for name in self.vcs}
         self.user_gpus: dict[tuple[str, str], int] = {}
+        self._lower_cache: dict[tuple[str, int], ResourceVector] = {}
         for job in running:
             if not job.opportunistic:
                 self._count(job.virtual_cluster, job.user, job.usage)
@@ -141,6 +142,12 @@ class QuotaLedger:
         return _fits(usage, limit)
 
     def _lower_priority_usage(self, job: JobRequest) -> ResourceVector:
+        key = (job.virtual_cluster, job.priority)
+        if key not in self._lower_cache:  # running jobs do not change during a cycle
+            self._lower_cache[key] = self._sum_lower(job)
+        return self._lower_cache[key]
+
+    def _sum_lower(self, job: JobRequest) -> ResourceVector:
         total = ResourceVector()
         for other in self.running:
             if (

@@ -59,6 +59,13 @@ class JobRequest:
     submitted_at: float = 0.0
     virtual_cluster: str = "default"
     user: str = ""
+    total: ResourceVector = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        total = ResourceVector()
+        for role in self.roles:
+            total = total + role.per_instance.scaled(role.instances)
+        object.__setattr__(self, "total", total)  # computed once: asked for many times a cycle
 
     @property
     def opportunistic(self) -> bool:
@@ -67,13 +74,6 @@ class JobRequest:
     @property
     def task_count(self) -> int:
         return sum(role.instances for role in self.roles)
-
-    @property
-    def total(self) -> ResourceVector:
-        total = ResourceVector()
-        for role in self.roles:
-            total = total + role.per_instance.scaled(role.instances)
-        return total
 
     def shape(self) -> tuple[object, ...]:
         """Jobs with equal shapes fit (or not) in exactly the same places."""

@@ -40,6 +40,8 @@ class ServerContext:
     seen_attempts: set[str] = field(default_factory=set)
     started_at: float = field(default_factory=time.time)
     closing: bool = False  # set when the server shuts down: long polls answer at once
+    positions: dict[str, int] = field(default_factory=dict)  # queue positions, last cycle
+    reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written
 
     def wake_scheduler(self) -> None:
         self.scheduler_wake.notify()

@@ -69,14 +69,15 @@ def list_jobs(
     if state:
         query = query.where(Job.state.in_(state))
     with ctx.db.read() as session:
-        return [job_summary(job) for job in session.scalars(query)]
+        return [job_summary(job, ctx.positions.get(job.id)) for job in session.scalars(query)]
 
 
 @router.get("/{job}", response_model=JobDetail)
 def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
     """One job with its current attempt's tasks. ``job`` is an id or a name."""
     with ctx.db.read() as session:
-        return job_detail(session, job_service.find_job(session, caller, job))
+        found = job_service.find_job(session, caller, job)
+        return job_detail(session, found, ctx.positions.get(found.id))
 
 
 @router.get("/{job}/pending-reason", response_model=PendingDetail)
@@ -95,7 +96,7 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
             virtualCluster=found.virtual_cluster,
             code=found.pending_code,
             message=found.pending_message,
-            position=found.pending_position,
+            position=ctx.positions.get(found.id),
             blockers=blockers,
             preempting=preempting,
         )

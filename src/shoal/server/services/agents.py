@@ -57,8 +57,48 @@ def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     return response
 
 
+def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] | None:
+    """If the report changes nothing worth a write (heartbeats are written every few seconds),
+    the attempts to kill; else None. Every commit costs an fsync, and reports come often."""
+    if request.exited:
+        return None
+    every = min(5.0, ctx.settings.node_timeout_s / 4)
+    stale: list[str] = []
+    with ctx.db.read() as session:
+        for report in request.nodes:
+            node = session.get(Node, report.name)
+            if node is None or node.state != "READY" or node.last_seen < now - every:
+                return None
+            if (node.cpu_millis, node.memory_mib, list(node.gpu_indices)) != (
+                report.cpu_millis,
+                report.memory_mib,
+                list(report.gpu_indices),
+            ):
+                return None
+        for running in request.running:
+            task = task_by_attempt(session, running.attempt_id)
+            if task is None or State(task.state).is_terminal:
+                stale.append(running.attempt_id)
+            elif not task.launch_acked or running.attempt_id not in ctx.seen_attempts:
+                return None
+        reported = {r.attempt_id for r in request.running}
+        for task in session.scalars(
+            select(Task).where(
+                Task.node.in_([n.name for n in request.nodes]),
+                Task.state.in_(ACTIVE_TASK),
+                Task.launch_acked.is_(True),
+            )
+        ):
+            if task.attempt_id not in reported:
+                return None
+    return stale
+
+
 def _apply_reports(ctx: ServerContext, request: ReportRequest) -> tuple[list[str], list[str]]:
     now = ctx.clock()
+    quiet = _quiet(ctx, request, now)
+    if quiet is not None:
+        return [], quiet
     acked: list[str] = []
     stale: list[str] = []
     changed = False
@@ -220,6 +260,12 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
     now = ctx.clock()
     cutoff = now - ctx.settings.node_timeout_s
     changed = False
+    with ctx.db.read() as session:  # the common case, nobody is late, needs no write
+        late = session.scalar(
+            select(Node.name).where(Node.state == "READY", Node.last_seen < cutoff).limit(1)
+        )
+    if late is None:
+        return False
     with ctx.db.write() as session:
         for node in session.scalars(
             select(Node).where(Node.state == "READY", Node.last_seen < cutoff)

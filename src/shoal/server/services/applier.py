@@ -17,20 +17,24 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
     """Apply ``plan``; returns how many jobs were admitted."""
     now = ctx.clock()
     admitted = 0
+    waiting = [(p.job_id, p.reason) for p in plan.pending]
+    waiting += [(i.job_id, i.reason) for i in plan.infeasible]
+    changed = [(j, r) for j, r in waiting if ctx.reasons.get(j) != (r.code.value, r.message)]
+    ctx.positions = {p.job_id: p.position for p in plan.pending}
+    if not plan.admissions and not changed and not plan.preemptions:
+        return 0  # nothing to write: no transaction (every commit costs an fsync)
     with ctx.db.write() as session:
         for admission in plan.admissions:
             job = _current(session, admission.job_id, versions)
             if job is not None:
                 _admit(session, job, admission, now)
+                ctx.reasons.pop(job.id, None)
                 admitted += 1
-        for pending in plan.pending:
-            job = _current(session, pending.job_id, versions)
+        for job_id, reason in changed:  # reasons unchanged since last written are skipped
+            job = _current(session, job_id, versions)
             if job is not None:
-                _mark_pending(session, job, pending.reason, pending.position, now)
-        for never in plan.infeasible:
-            job = _current(session, never.job_id, versions)
-            if job is not None:
-                _mark_pending(session, job, never.reason, None, now)
+                _mark_pending(session, job, reason, now)
+                ctx.reasons[job_id] = (reason.code.value, reason.message)
         preempted = sum(_preempt(session, p, now) for p in plan.preemptions)
     if admitted or preempted:
         ctx.wake_agents()
@@ -52,7 +56,6 @@ def _admit(session: Session, job: Job, admission: Admission, now: float) -> None
     job.attempt += 1
     job.launched_at = job.launched_at or now
     job.pending_code = job.pending_message = None
-    job.pending_position = None
     nodes = sorted({p.node for p in admission.placements})
     for placement in admission.placements:
         session.add(
@@ -104,12 +107,9 @@ def _preempt(session: Session, preemption: Preemption, now: float) -> bool:
     return True
 
 
-def _mark_pending(
-    session: Session, job: Job, reason: PendingReason, position: int | None, now: float
-) -> None:
+def _mark_pending(session: Session, job: Job, reason: PendingReason, now: float) -> None:
     changed = job.pending_code != reason.code.value or job.pending_message != reason.message
     job.pending_code = reason.code.value
     job.pending_message = reason.message
-    job.pending_position = position
     if changed:
         record(session, job.id, now, "pending", f"{reason.code.value}: {reason.message}")

@@ -212,7 +212,6 @@ def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
             job.completed_at = now
             job.exit_class = "STOPPED"
             job.pending_code = job.pending_message = None
-            job.pending_position = None
             record(session, job.id, now, "stopped", f"stopped by {principal.user} while waiting")
         else:
             job.state = State.STOPPING.value if state is State.RUNNING else job.state

@@ -11,14 +11,14 @@ from shoal.server.schemas import EventOut, JobDetail, JobSummary, PendingReasonO
 from shoal.store.models import Event, Job, Task
 
 
-def job_summary(job: Job) -> JobSummary:
+def job_summary(job: Job, position: int | None = None) -> JobSummary:
     roles = job.spec.get("roles", [])
     pending = None
     if job.pending_code is not None:
         pending = PendingReasonOut(
             code=job.pending_code,
             message=job.pending_message or "",
-            position=job.pending_position,
+            position=position,
         )
     return JobSummary(
         id=job.id,
@@ -66,8 +66,8 @@ def current_tasks(session: Session, job: Job) -> Sequence[Task]:
     ).all()
 
 
-def job_detail(session: Session, job: Job) -> JobDetail:
-    summary = job_summary(job)
+def job_detail(session: Session, job: Job, position: int | None = None) -> JobDetail:
+    summary = job_summary(job, position)
     return JobDetail(
         **summary.model_dump(),
         diagnostics=job.diagnostics,
