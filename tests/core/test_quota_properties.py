@@ -139,3 +139,30 @@ def test_quota_plans_are_deterministic_and_account_for_every_job(
     admitted = set(plan.admitted_ids())
     victims = {p.victim_job_id for p in plan.preemptions}
     assert not victims & admitted
+
+
+@PROPERTY
+@given(quota_snapshots())
+def test_no_node_is_over_allocated_with_quotas_and_reservations(
+    snapshot: ClusterSnapshot,
+) -> None:
+    plan = schedule(snapshot, 0.0)
+    used: dict[str, ResourceVector] = {}
+    gpus: dict[str, list[int]] = {}
+    for alloc in snapshot.allocations:
+        used[alloc.node] = used.get(alloc.node, ResourceVector()) + alloc.resources
+        gpus.setdefault(alloc.node, []).extend(alloc.gpu_indices)
+    for admission in plan.admissions:
+        for p in admission.placements:
+            used[p.node] = used.get(p.node, ResourceVector()) + p.resources
+            gpus.setdefault(p.node, []).extend(p.gpu_indices)
+    for node in snapshot.nodes:
+        before = ResourceVector()
+        for alloc in snapshot.allocations:
+            if alloc.node == node.name:
+                before = before + alloc.resources
+        admitted = used.get(node.name, ResourceVector()) - before
+        if admitted != ResourceVector():  # new work only lands where it fits
+            assert used[node.name].fits_in(node.capacity), node.name
+        taken = gpus.get(node.name, [])
+        assert len(taken) == len(set(taken)), node.name
