@@ -219,3 +219,45 @@ def test_queue_positions_are_per_vc() -> None:
 def test_unknown_vc_waits_with_a_reason() -> None:
     plan = plan_of(HALVES, [job("x", "nope", 1, 0)])
     assert plan.reason_for("x").code is ReasonCode.UNKNOWN_VIRTUAL_CLUSTER  # type: ignore[union-attr]
+
+
+def typed_nodes() -> tuple[NodeState, ...]:
+    return tuple(
+        NodeState(
+            name,
+            f"198.18.1.{i + 1}",
+            ResourceVector(64 * CPU, 512 * 1024, 8),
+            tuple(range(8)),
+            gpu_type,
+            port_range=(20000, 21000),
+        )
+        for i, (name, gpu_type) in enumerate([("k0", "K80"), ("m0", "M60")])
+    )
+
+
+def typed_job(job_id: str, vc_name: str, gpu: int, gpu_type: str, at: float) -> JobRequest:
+    role = RoleRequest("w", 1, ResourceVector(CPU, 1024, gpu), gpu_type)
+    return JobRequest(job_id, (role,), 10, at, vc_name, "u")
+
+
+def test_per_gpu_type_guarantees() -> None:
+    # a: 2 K80s + 6 M60s guaranteed; b: 6 K80s + 2 M60s. A 4-K80 job of a is past a's K80
+    # guarantee, so it only borrows idle K80s, and b may take them back (and vice versa).
+    guarantee = ResourceVector(64 * CPU, 512 * 1024, 8)
+    vcs = (
+        VirtualCluster("a", guarantee, None, gpu_by_type=(("K80", 2), ("M60", 6))),
+        VirtualCluster("b", guarantee, None, gpu_by_type=(("K80", 6), ("M60", 2))),
+    )
+    k80_small = typed_job("a-k2", "a", 2, "K80", 0)
+    k80_big = typed_job("a-k4", "a", 4, "K80", 1)
+    plan = schedule(ClusterSnapshot(typed_nodes(), (k80_small, k80_big), (), vcs), 0)
+    assert sorted(plan.admitted_ids()) == ["a-k2", "a-k4"]  # the second on idle capacity
+    held = [running("a-k2", "a", "k0", (0, 1), 0), running("a-k4", "a", "k0", (2, 3, 4, 5), 1)]
+    b_job = typed_job("b-k6", "b", 6, "K80", 5)
+    plan = schedule(ClusterSnapshot(typed_nodes(), (b_job,), tuple(held), vcs), 0)
+    assert [p.victim_job_id for p in plan.preemptions] == ["a-k4"]  # a-k2 is inside a's K80s
+    # b borrows a's idle M60s; a takes them back with a job inside its M60 guarantee
+    running_b = running("b0", "b", "m0", tuple(range(8)), 0)
+    m60 = typed_job("a-m6", "a", 6, "M60", 5)
+    plan = schedule(ClusterSnapshot(typed_nodes(), (m60,), (running_b,), vcs), 0)
+    assert [p.victim_job_id for p in plan.preemptions] == ["b0"]

@@ -173,3 +173,30 @@ def test_openpai_invalid_protocol_is_400(api: TestClient) -> None:
     assert response.status_code == 400
     assert response.json()["code"] == "InvalidProtocolError"
     assert any(p["path"] == "taskRoles" for p in response.json()["problems"])
+
+
+def test_per_type_gpu_guarantees_are_checked_against_the_cluster(
+    api: TestClient, home: Path
+) -> None:
+    node = {
+        "name": "k",
+        "address": "127.0.0.1",
+        "cpu_millis": 4000,
+        "memory_mib": 4096,
+        "gpu_indices": [0, 1, 2, 3],
+        "gpu_type": "K80",
+        "port_low": 20000,
+        "port_high": 21000,
+    }
+    api.post(
+        "/api/v1/agent/report", json={"agent_id": "a", "nodes": [node]}, headers=agent_headers(home)
+    )
+    ok = api.post(
+        "/api/v1/virtual-clusters/v", json={"guarantee_gpu": 3, "guarantee_gpu_by_type": {"K80": 3}}
+    )
+    assert ok.status_code == 201 and ok.json()["gpuByType"] == {"K80": 3}
+    too_many = api.post(
+        "/api/v1/virtual-clusters/w",
+        json={"guarantee_gpu": 1, "guarantee_gpu_by_type": {"A100": 1}},
+    )
+    assert too_many.status_code == 400 and "A100" in too_many.json()["message"]

@@ -13,7 +13,7 @@ from shoal.spec import units
 
 vc_app = typer.Typer(help="Virtual clusters: teams' guaranteed shares.", no_args_is_help=True)
 
-RESOURCE_HINT = "write e.g. gpu=4,cpu=16,memory=64Gi"
+RESOURCE_HINT = "write e.g. gpu=4,gpu.A100=2,cpu=16,memory=64Gi"
 
 
 def parse_resources(text: str | None, option: str) -> dict[str, float] | None:
@@ -30,12 +30,14 @@ def parse_resources(text: str | None, option: str) -> dict[str, float] | None:
                 parsed["gpu"] = int(value)
             elif key == "cpu":
                 parsed["cpu"] = units.cpu_millis(float(value)) / 1000
+            elif key.startswith("gpu."):
+                parsed[key] = int(value)
             elif key == "memory":
                 parsed["memory_mib"] = units.memory_mib(
                     value if not value.isdigit() else int(value)
                 )
             else:
-                raise ValueError(f"unknown resource {key!r} (use gpu, cpu, memory)")
+                raise ValueError(f"unknown resource {key!r} (use gpu, gpu.TYPE, cpu, memory)")
         except ValueError as exc:
             raise typer.BadParameter(f"{exc}; {RESOURCE_HINT}", param_hint=option) from None
         if parsed.get(key if key != "memory" else "memory_mib", 0) < 0:
@@ -58,6 +60,7 @@ def _settings(
         "guarantee_cpu": g.get("cpu"),
         "guarantee_memory_mib": None if "memory_mib" not in g else int(g["memory_mib"]),
         "guarantee_gpu": int(g.get("gpu", 0)),
+        "guarantee_gpu_by_type": {k[4:]: int(v) for k, v in g.items() if k.startswith("gpu.")},
         "borrow_cpu": None if b is None else b.get("cpu"),
         "borrow_memory_mib": None if b is None or "memory_mib" not in b else int(b["memory_mib"]),
         "borrow_gpu": None if b is None or "gpu" not in b else int(b["gpu"]),

@@ -37,7 +37,8 @@ class Cycle:
         self.never_fits_check = never_fits
         self.pool = NodePool(snapshot.nodes, snapshot.allocations)
         if snapshot.virtual_clusters:
-            running = running_jobs(snapshot.allocations)
+            types = {node.name: node.gpu_type for node in snapshot.nodes}
+            running = running_jobs(snapshot.allocations, types)
             self.quota: QuotaLedger | None = QuotaLedger(snapshot.virtual_clusters, running)
             self.inside = self.quota.inside_guarantee()
         else:  # no quotas: only the jobs being stopped matter

@@ -9,7 +9,7 @@ VC, so a job inside its guarantee is never preempted by another VC.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -27,21 +27,29 @@ class RunningJob:
     user: str
     usage: ResourceVector
     terminating: bool
+    typed_gpus: tuple[tuple[str, int], ...] = ()  # GPUs held, by the GPU type of their node
 
     @property
     def opportunistic(self) -> bool:
         return self.priority < 0
 
 
-def running_jobs(allocations: Iterable[TaskAllocation]) -> list[RunningJob]:
+def running_jobs(
+    allocations: Iterable[TaskAllocation], node_types: Mapping[str, str | None] | None = None
+) -> list[RunningJob]:
+    types = node_types or {}
     by_job: dict[str, list[TaskAllocation]] = {}
     for alloc in allocations:
         by_job.setdefault(alloc.job_id, []).append(alloc)
     jobs = []
     for job_id, tasks in by_job.items():
         usage = ResourceVector()
+        typed: dict[str, int] = {}
         for task in tasks:
             usage = usage + task.resources
+            gpu_type = types.get(task.node)
+            if gpu_type is not None and task.resources.gpu:
+                typed[gpu_type] = typed.get(gpu_type, 0) + task.resources.gpu
         first = tasks[0]
         jobs.append(
             RunningJob(
@@ -52,6 +60,7 @@ def running_jobs(allocations: Iterable[TaskAllocation]) -> list[RunningJob]:
                 first.user,
                 usage,
                 all(t.terminating for t in tasks),
+                tuple(sorted(typed.items())),
             )
         )
     return sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.job_id))
@@ -76,19 +85,34 @@ class QuotaLedger:
         self.running = list(running)
         self.usage: dict[str, ResourceVector] = {name: ResourceVector() for name in self.vcs}
         self.user_gpus: dict[tuple[str, str], int] = {}
+        self.typed: dict[tuple[str, str], int] = {}
         self._lower_cache: dict[tuple[str, int], ResourceVector] = {}
         for job in running:
             if not job.opportunistic:
-                self._count(job.virtual_cluster, job.user, job.usage)
+                self._count(job.virtual_cluster, job.user, job.usage, job.typed_gpus)
 
-    def _count(self, vc: str, user: str, usage: ResourceVector) -> None:
+    def _count(
+        self, vc: str, user: str, usage: ResourceVector, typed: Iterable[tuple[str, int]] = ()
+    ) -> None:
         self.usage[vc] = self.usage.get(vc, ResourceVector()) + usage
         key = (vc, user)
         self.user_gpus[key] = self.user_gpus.get(key, 0) + usage.gpu
+        for gpu_type, count in typed:
+            self.typed[(vc, gpu_type)] = self.typed.get((vc, gpu_type), 0) + count
 
     def admit(self, job: JobRequest) -> None:
         if not job.opportunistic:
-            self._count(job.virtual_cluster, job.user, job.total)
+            self._count(job.virtual_cluster, job.user, job.total, typed_need(job).items())
+
+    def _typed_fits(self, vc: VirtualCluster, job: JobRequest) -> bool:
+        """Inside the per-type GPU guarantees (a VC without them puts no limit on types)."""
+        if not vc.gpu_by_type:
+            return True
+        limits = dict(vc.gpu_by_type)
+        return all(
+            self.typed.get((vc.name, gpu_type), 0) + count <= limits.get(gpu_type, 0)
+            for gpu_type, count in typed_need(job).items()
+        )
 
     def classify(self, job: JobRequest) -> Admission | PendingReason:
         vc = self.vcs.get(job.virtual_cluster)
@@ -109,7 +133,7 @@ class QuotaLedger:
                     f"virtual cluster {vc.name}; this job needs {need.gpu} more",
                 )
         after = self.usage[vc.name] + need
-        if _fits(after, vc.guarantee):
+        if _fits(after, vc.guarantee) and self._typed_fits(vc, job):
             return Admission.GUARANTEED
         if vc.borrow_limit is None or _fits(after, vc.guarantee + vc.borrow_limit):
             return Admission.BORROWING
@@ -163,11 +187,30 @@ class QuotaLedger:
         """Running jobs that the guarantee of their VC covers (see the module docstring)."""
         inside: set[str] = set()
         left = {name: vc.guarantee for name, vc in self.vcs.items()}
+        typed_left = {(name, t): n for name, vc in self.vcs.items() for t, n in vc.gpu_by_type}
         for job in self.running:  # already in queue order
             room = left.get(job.virtual_cluster)
             if room is None or job.opportunistic:
                 continue
-            if _fits(job.usage, room):
+            vc = self.vcs[job.virtual_cluster]
+            typed_ok = not vc.gpu_by_type or all(
+                count <= typed_left.get((vc.name, t), 0) for t, count in job.typed_gpus
+            )
+            if _fits(job.usage, room) and typed_ok:
                 inside.add(job.job_id)
                 left[job.virtual_cluster] = room - job.usage
+                for t, count in job.typed_gpus:
+                    key = (vc.name, t)
+                    typed_left[key] = typed_left.get(key, 0) - count
         return inside
+
+
+def typed_need(job: JobRequest) -> dict[str, int]:
+    """GPUs the job asks for by GPU type (roles that name one)."""
+    need: dict[str, int] = {}
+    for role in job.roles:
+        if role.gpu_type is not None and role.per_instance.gpu:
+            need[role.gpu_type] = (
+                need.get(role.gpu_type, 0) + role.per_instance.gpu * role.instances
+            )
+    return need

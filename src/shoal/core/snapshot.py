@@ -109,6 +109,9 @@ class VirtualCluster:
     borrow_limit: ResourceVector | None = None
     user_gpu_cap: int | None = None
     preempt_within: bool = True
+    # Guaranteed GPUs per GPU type, e.g. (("A100", 4),). When set, a job asking for a type
+    # is inside the guarantee only while the VC's use of that type stays within it.
+    gpu_by_type: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -251,6 +251,9 @@ class VirtualClusterIn(BaseModel):
     guarantee_cpu: float | None = Field(None, ge=0, description="None: cores are not limited.")
     guarantee_memory_mib: int | None = Field(None, ge=0, description="None: not limited.")
     guarantee_gpu: int = Field(0, ge=0)
+    guarantee_gpu_by_type: dict[str, int] = Field(
+        default_factory=dict, description="Guaranteed GPUs per GPU type, e.g. {A100: 4}."
+    )
     borrow_cpu: float | None = Field(None, ge=0, description="None: may borrow any idle cores.")
     borrow_memory_mib: int | None = Field(None, ge=0)
     borrow_gpu: int | None = Field(None, ge=0, description="None: may borrow any idle GPUs.")
@@ -263,6 +266,7 @@ class VirtualClusterOut(BaseModel):
     name: str
     description: str
     guarantee: dict[str, float]
+    gpuByType: dict[str, int]
     borrowLimit: dict[str, float] | None
     used: dict[str, float]
     userGpuCap: int | None

@@ -75,18 +75,30 @@ def load_virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:
     return (
         default,
         *(
-            VirtualCluster(r.name, _guarantee(r), _borrow(r), r.user_gpu_cap, r.preempt_within)
+            VirtualCluster(
+                r.name,
+                _guarantee(r),
+                _borrow(r),
+                r.user_gpu_cap,
+                r.preempt_within,
+                tuple(sorted((r.gpu_by_type or {}).items())),
+            )
             for r in named
         ),
     )
 
 
-def _check_total(session: Session, name: str, wanted: ResourceVector) -> None:
+def _check_total(
+    session: Session, name: str, wanted: ResourceVector, typed: dict[str, int]
+) -> None:
     total = cluster_total(session)
     others = ResourceVector()
+    typed_others: dict[str, int] = {}
     for row in session.scalars(select(VirtualClusterRow)):
         if row.name not in (name, DEFAULT_VC):
             others = others + _limited(row)
+            for gpu_type, count in (row.gpu_by_type or {}).items():
+                typed_others[gpu_type] = typed_others.get(gpu_type, 0) + count
     after = others + wanted
     if not after.fits_in(total):
         raise ApiError(
@@ -95,6 +107,30 @@ def _check_total(session: Session, name: str, wanted: ResourceVector) -> None:
             f"the guarantees would add up to {after.describe()}, more than the cluster's "
             f"{total.describe()}; lower this guarantee or another VC's first",
         )
+    if sum(typed.values()) > wanted.gpu:
+        raise ApiError(
+            400,
+            "InvalidParametersError",
+            "the per-type GPU guarantees add up to more than the VC's GPU guarantee",
+        )
+    have = _gpus_by_type(session)
+    for gpu_type, count in typed.items():
+        if typed_others.get(gpu_type, 0) + count > have.get(gpu_type, 0):
+            raise ApiError(
+                400,
+                "InvalidParametersError",
+                f"the {gpu_type} guarantees would add up to "
+                f"{typed_others.get(gpu_type, 0) + count}, but the cluster has "
+                f"{have.get(gpu_type, 0)} {gpu_type} GPUs",
+            )
+
+
+def _gpus_by_type(session: Session) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in load_nodes(session):
+        if node.gpu_type is not None:
+            counts[node.gpu_type] = counts.get(node.gpu_type, 0) + node.capacity.gpu
+    return counts
 
 
 def upsert(ctx: ServerContext, name: str, body: VirtualClusterIn, create: bool) -> None:
@@ -116,7 +152,7 @@ def upsert(ctx: ServerContext, name: str, body: VirtualClusterIn, create: bool) 
             raise ApiError(409, "ConflictVirtualClusterError", f"virtual cluster {name} exists")
         if not create and row is None:
             raise ApiError(404, "NoVirtualClusterError", f"no virtual cluster {name!r}")
-        _check_total(session, name, wanted)
+        _check_total(session, name, wanted, dict(body.guarantee_gpu_by_type))
         if row is None:
             row = VirtualClusterRow(name=name, created_at=ctx.clock())
             session.add(row)
@@ -129,6 +165,7 @@ def upsert(ctx: ServerContext, name: str, body: VirtualClusterIn, create: bool) 
         row.user_gpu_cap = body.user_gpu_cap
         row.preempt_within = body.preempt_within
         row.members = list(body.members)
+        row.gpu_by_type = dict(body.guarantee_gpu_by_type)
     ctx.wake_scheduler()
 
 
@@ -188,6 +225,7 @@ def describe_all(ctx: ServerContext) -> list[VirtualClusterOut]:
             name=vc.name,
             description=rows[vc.name].description if vc.name in rows else "everyone's share",
             guarantee=_vector_out(vc.guarantee),
+            gpuByType=dict(vc.gpu_by_type),
             borrowLimit=None if vc.borrow_limit is None else _vector_out(vc.borrow_limit),
             used=_vector_out(used.get(vc.name, ResourceVector())),
             userGpuCap=vc.user_gpu_cap,
