@@ -159,7 +159,8 @@ def job_status(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """A job's state, its tasks, and why it waits (if it does)."""
-    detail = client().job(job)
+    api = client()
+    detail = api.job(job)
     if output is OutputFormat.JSON:
         print_json(detail)
         return
@@ -170,7 +171,15 @@ def job_status(
     )
     if detail.get("pending"):
         p = detail["pending"]
-        console.print(f"  waiting: {p['code']}: {p['message']} (position {p['position']})")
+        console.print(
+            f"  waiting: {p['code']}: {p['message']} (position {p['position']} in "
+            f"virtual cluster {detail['virtualCluster']})"
+        )
+        blockers = api.why(detail["id"])["blockers"]
+        if blockers:
+            console.print(
+                f"  it fits once these jobs finish or are preempted: {', '.join(blockers)}"
+            )
     if detail.get("diagnostics"):
         console.print(f"  {detail['diagnostics']}")
     table = Table(show_edge=False, pad_edge=False)
