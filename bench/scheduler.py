@@ -46,6 +46,7 @@ from shoal.core.snapshot import (
     NodeState,
     RoleRequest,
     TaskAllocation,
+    allocation_for,
 )
 
 GPUS_PER_NODE = 8
@@ -225,22 +226,7 @@ class LiveCluster:
         for admission in plan.admissions:
             job = self.queue.pop(admission.job_id)
             self.running_jobs[job.job_id] = job
-            self.running[job.job_id] = [
-                TaskAllocation(
-                    job.job_id,
-                    p.role,
-                    p.index,
-                    p.node,
-                    p.resources,
-                    p.gpu_indices,
-                    p.all_ports(),
-                    virtual_cluster=job.virtual_cluster,
-                    priority=job.priority,
-                    submitted_at=job.submitted_at,
-                    user=job.user,
-                )
-                for p in admission.placements
-            ]
+            self.running[job.job_id] = [allocation_for(job, p) for p in admission.placements]
         for never in plan.infeasible:
             del self.queue[never.job_id]
         for preemption in plan.preemptions:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -82,42 +83,35 @@ PREEMPT = typer.Option(
 DESCRIPTION = typer.Option("", "--description")
 
 
-@vc_app.command()
-@api_errors
-def create(
-    name: str,
-    guarantee: str | None = GUARANTEE,
-    borrow_limit: str | None = BORROW,
-    members: str | None = MEMBERS,
-    user_gpu_cap: int | None = USER_CAP,
-    preempt_within: bool = PREEMPT,
-    description: str = DESCRIPTION,
-) -> None:
-    """Create a virtual cluster (admins)."""
-    settings = _settings(
-        guarantee, borrow_limit, members, user_gpu_cap, preempt_within, description
+def _save_command(create: bool) -> Callable[..., None]:
+    """`vc create` and `vc update` take the same settings; only the verb differs."""
+
+    @api_errors
+    def command(
+        name: str,
+        guarantee: str | None = GUARANTEE,
+        borrow_limit: str | None = BORROW,
+        members: str | None = MEMBERS,
+        user_gpu_cap: int | None = USER_CAP,
+        preempt_within: bool = PREEMPT,
+        description: str = DESCRIPTION,
+    ) -> None:
+        settings = _settings(
+            guarantee, borrow_limit, members, user_gpu_cap, preempt_within, description
+        )
+        client().save_vc(name, settings, create=create)
+        console.print(f"virtual cluster {name} {'created' if create else 'updated'}")
+
+    command.__doc__ = (
+        "Create a virtual cluster (admins)."
+        if create
+        else "Change a virtual cluster live (admins); settings not given are reset to defaults."
     )
-    client().save_vc(name, settings, create=True)
-    console.print(f"virtual cluster {name} created")
+    return command
 
 
-@vc_app.command()
-@api_errors
-def update(
-    name: str,
-    guarantee: str | None = GUARANTEE,
-    borrow_limit: str | None = BORROW,
-    members: str | None = MEMBERS,
-    user_gpu_cap: int | None = USER_CAP,
-    preempt_within: bool = PREEMPT,
-    description: str = DESCRIPTION,
-) -> None:
-    """Change a virtual cluster live (admins); settings not given are reset to defaults."""
-    settings = _settings(
-        guarantee, borrow_limit, members, user_gpu_cap, preempt_within, description
-    )
-    client().save_vc(name, settings, create=False)
-    console.print(f"virtual cluster {name} updated")
+vc_app.command("create")(_save_command(create=True))
+vc_app.command("update")(_save_command(create=False))
 
 
 @vc_app.command("list")

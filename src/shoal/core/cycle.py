@@ -22,7 +22,7 @@ from shoal.core.plan import (
 from shoal.core.preemption import choose_victims, describe_victim, eligible_victims
 from shoal.core.quota import Admission as Mode
 from shoal.core.quota import QuotaLedger, running_jobs
-from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation
+from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation, allocation_for
 
 NeverFits = Callable[[JobRequest], PendingReason | None]
 
@@ -131,22 +131,7 @@ class Cycle:
         self.admissions.append(Admission(job.job_id, tuple(placements)))
         if self.quota is not None:
             self.quota.admit(job)
-        self.admitted_allocations.extend(
-            TaskAllocation(
-                job.job_id,
-                p.role,
-                p.index,
-                p.node,
-                p.resources,
-                p.gpu_indices,
-                p.all_ports(),
-                job.virtual_cluster,
-                job.priority,
-                job.submitted_at,
-                job.user,
-            )
-            for p in placements
-        )
+        self.admitted_allocations.extend(allocation_for(job, p) for p in placements)
 
     def _after_failure(self, job: JobRequest, mode: Mode, reason: PendingReason) -> PendingReason:
         """With VCs: make room by preemption if entitled; else reserve room if it heads its VC."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from shoal.core.plan import TaskPlacement
 from shoal.core.resources import ResourceVector
 
 DEFAULT_PORT_RANGE = (20000, 30000)
@@ -96,6 +97,23 @@ class TaskAllocation:
     submitted_at: float = 0.0
     user: str = ""
     terminating: bool = False  # being stopped (e.g. preempted): held until it exits
+
+
+def allocation_for(job: JobRequest, placement: TaskPlacement) -> TaskAllocation:
+    """What a placed task of ``job`` holds once it runs."""
+    return TaskAllocation(
+        job.job_id,
+        placement.role,
+        placement.index,
+        placement.node,
+        placement.resources,
+        placement.gpu_indices,
+        placement.all_ports(),
+        job.virtual_cluster,
+        job.priority,
+        job.submitted_at,
+        job.user,
+    )
 
 
 @dataclass(frozen=True, slots=True)
