@@ -13,7 +13,7 @@ from shoal.core.envcontract import EnvJob, EnvRole, JobEnvironment
 from shoal.core.feasibility import could_fit
 from shoal.core.placement import NodePool, PlacementFailure
 from shoal.core.plan import Plan, ReasonCode, TaskPlacement
-from shoal.core.resources import ZERO, ResourceVector
+from shoal.core.resources import ResourceVector
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot, JobRequest, NodeState, RoleRequest
 from tests.core.strategies import snapshots
@@ -48,7 +48,7 @@ def _port_count(role: RoleRequest) -> int:
 def test_a_no_node_is_over_allocated(snapshot: ClusterSnapshot) -> None:
     plan = _plan(snapshot)
     jobs = {j.job_id: j for j in snapshot.queue}
-    used: dict[str, ResourceVector] = defaultdict(lambda: ZERO)
+    used: dict[str, ResourceVector] = defaultdict(ResourceVector)
     for alloc in snapshot.allocations:
         used[alloc.node] = used[alloc.node] + alloc.resources
     for admission in plan.admissions:

@@ -6,7 +6,7 @@ user's stop request, the platform) decides whether it is retried and how the job
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -138,7 +138,3 @@ def task_state_for(exit_class: ExitClass) -> State:
         ExitClass.STOPPED: State.STOPPED,
         ExitClass.PREEMPTED: State.STOPPED,
     }.get(exit_class, State.FAILED)
-
-
-def summarize(counts: Mapping[State, int]) -> str:
-    return ", ".join(f"{n} {s.value.lower()}" for s, n in sorted(counts.items()) if n)

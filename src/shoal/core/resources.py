@@ -35,13 +35,7 @@ class ResourceVector:
             and self.gpu <= other.gpu
         )
 
-    def is_nonnegative(self) -> bool:
-        return self.cpu_millis >= 0 and self.memory_mib >= 0 and self.gpu >= 0
-
     def describe(self) -> str:
         cpu = self.cpu_millis / 1000
         cpu_text = f"{cpu:g}"
         return f"{cpu_text} cpu, {self.memory_mib} MiB, {self.gpu} GPU"
-
-
-ZERO = ResourceVector()

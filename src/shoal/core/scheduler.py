@@ -19,10 +19,6 @@ from shoal.core.plan import PendingReason, Plan
 from shoal.core.snapshot import ClusterSnapshot, JobRequest
 
 
-def queue_order(job: JobRequest) -> tuple[int, float, str]:
-    return (-job.priority, job.submitted_at, job.job_id)
-
-
 class _Feasibility:
     """Answers "could this job ever fit?" on an idle copy of the cluster, once per job shape."""
 

@@ -38,7 +38,6 @@ class ServerContext:
     agent_work: Notifier = field(default_factory=Notifier)
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
-    started_at: float = field(default_factory=time.time)
     closing: bool = False  # set when the server shuts down: long polls answer at once
     positions: dict[str, int] = field(default_factory=dict)  # queue positions, last cycle
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written

@@ -88,7 +88,6 @@ class Job(Base):
     diagnostics: Mapped[str] = mapped_column(Text, default="")
     pending_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
-    pending_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
     preempted_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 

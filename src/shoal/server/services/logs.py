@@ -15,7 +15,6 @@ from shoal.server.services.agents import task_by_attempt
 from shoal.store.models import Task
 
 MAX_READ = 1024 * 1024
-STREAMS = ("stdout", "stderr")
 
 
 def log_path(ctx: ServerContext, task: Task, attempt: int, stream: str) -> Path:
