@@ -81,16 +81,8 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
                 stale.append(running.attempt_id)
             elif not task.launch_acked or running.attempt_id not in ctx.seen_attempts:
                 return None
-        reported = {r.attempt_id for r in request.running}
-        for task in session.scalars(
-            select(Task).where(
-                Task.node.in_([n.name for n in request.nodes]),
-                Task.state.in_(ACTIVE_TASK),
-                Task.launch_acked.is_(True),
-            )
-        ):
-            if task.attempt_id not in reported:
-                return None
+        if _vanished(session, request):
+            return None
     return stale
 
 
@@ -182,18 +174,23 @@ def _lose_vanished(
     ctx: ServerContext, session: Session, request: ReportRequest, now: float
 ) -> bool:
     """Tasks the agent once ran but no longer reports were lost with it (e.g. agent restart)."""
+    lost = _vanished(session, request)
+    for task in lost:
+        on_exit(session, task, ProcessExit(None, lost=True), now)
+    return bool(lost)
+
+
+def _vanished(session: Session, request: ReportRequest) -> list[Task]:
+    """Started tasks on the agent's nodes that its report neither runs nor reports as exited."""
     reported = {r.attempt_id for r in request.running} | {r.attempt_id for r in request.exited}
-    names = [n.name for n in request.nodes]
-    lost = False
-    for task in session.scalars(
+    started = session.scalars(
         select(Task).where(
-            Task.node.in_(names), Task.state.in_(ACTIVE_TASK), Task.launch_acked.is_(True)
+            Task.node.in_([n.name for n in request.nodes]),
+            Task.state.in_(ACTIVE_TASK),
+            Task.launch_acked.is_(True),
         )
-    ):
-        if task.attempt_id not in reported:
-            on_exit(session, task, ProcessExit(None, lost=True), now)
-            lost = True
-    return lost
+    )
+    return [task for task in started if task.attempt_id not in reported]
 
 
 def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
