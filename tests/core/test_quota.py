@@ -261,3 +261,29 @@ def test_per_gpu_type_guarantees() -> None:
     m60 = typed_job("a-m6", "a", 6, "M60", 5)
     plan = schedule(ClusterSnapshot(typed_nodes(), (m60,), (running_b,), vcs), 0)
     assert [p.victim_job_id for p in plan.preemptions] == ["b0"]
+
+
+def test_strict_fifo_vc_does_not_backfill_behind_a_waiting_head() -> None:
+    """Kueue's StrictFIFO: a job that would fit still waits behind the VC's blocked head;
+    another VC (best-effort FIFO) backfills as usual."""
+    busy = running("big-running", "a", "n0", tuple(range(6)), 0.0)
+    queue = (
+        job("head", "a", 8, 1.0),  # needs a whole node: none is free
+        job("small", "a", 1, 2.0),  # would fit on n0 or n1
+        job("other", "b", 1, 3.0),
+    )
+    snapshot = ClusterSnapshot(
+        nodes(2, 8),
+        queue,
+        (busy,),
+        (vc("a", 8, borrow=0, strict_fifo=True), vc("b", 8, borrow=0)),
+    )
+    plan = schedule(snapshot, 10.0)
+    assert plan.admitted_ids() == ["other"]
+    reason = plan.reason_for("small")
+    assert reason is not None and reason.code is ReasonCode.RESERVED_FOR_HEAD
+    assert "strict FIFO" in reason.message and "head" in reason.message
+    best_effort = ClusterSnapshot(
+        nodes(2, 8), queue, (busy,), (vc("a", 8, borrow=0), vc("b", 8, borrow=0))
+    )
+    assert "small" in schedule(best_effort, 10.0).admitted_ids()

@@ -31,6 +31,14 @@ def _queue_key(job: JobRequest) -> tuple[int, float, str]:
     return (-job.priority, job.submitted_at, job.job_id)
 
 
+def _behind_head(job: JobRequest, head: str) -> PendingReason:
+    return PendingReason(
+        ReasonCode.RESERVED_FOR_HEAD,
+        f"virtual cluster {job.virtual_cluster} runs its jobs in strict FIFO order, and job "
+        f"{head}, ahead of this one, is still waiting",
+    )
+
+
 class Cycle:
     def __init__(self, snapshot: ClusterSnapshot, never_fits: NeverFits) -> None:
         self.snapshot = snapshot
@@ -56,6 +64,9 @@ class Cycle:
         self.infeasible: list[InfeasibleJob] = []
         self.preemptions: list[Preemption] = []
         self._positions: dict[str, int] = {}
+        # Strict-FIFO VCs: the first waiting job of each, which every later job waits behind.
+        self.strict_vcs = {vc.name for vc in snapshot.virtual_clusters if vc.strict_fifo}
+        self.strict_heads: dict[str, str] = {}
 
     def order(self, queue: tuple[JobRequest, ...]) -> list[JobRequest]:
         """Priority, then submission time, then id; with VCs, jobs inside their guarantee come
@@ -84,6 +95,10 @@ class Cycle:
             return
         mode: Mode | None = None
         if self.quota is not None:
+            head = self.strict_heads.get(job.virtual_cluster)
+            if head is not None:
+                self._pend(job, _behind_head(job, head))
+                return
             verdict = self.quota.classify(job)
             if isinstance(verdict, PendingReason):
                 self._pend(job, verdict)
@@ -228,6 +243,8 @@ class Cycle:
             self.pool.reserve(result, job.job_id)
 
     def _pend(self, job: JobRequest, reason: PendingReason) -> None:
+        if job.virtual_cluster in self.strict_vcs:
+            self.strict_heads.setdefault(job.virtual_cluster, job.job_id)
         key = job.virtual_cluster if self.quota is not None else ""
         position = self._positions.get(key, 0) + 1
         self._positions[key] = position

@@ -37,20 +37,34 @@ class RunningJob:
 def running_jobs(
     allocations: Iterable[TaskAllocation], node_types: Mapping[str, str | None] | None = None
 ) -> list[RunningJob]:
+    """Tasks grouped into jobs with their summed usage, in queue order (hot: runs every cycle,
+    so sums are kept as plain integers and turned into vectors once per job)."""
     types = node_types or {}
-    by_job: dict[str, list[TaskAllocation]] = {}
+    sums: dict[str, list[int]] = {}
+    firsts: dict[str, TaskAllocation] = {}
+    all_terminating: dict[str, bool] = {}
+    typed: dict[str, dict[str, int]] = {}
     for alloc in allocations:
-        by_job.setdefault(alloc.job_id, []).append(alloc)
+        job_id = alloc.job_id
+        total = sums.get(job_id)
+        if total is None:
+            total = sums[job_id] = [0, 0, 0]
+            firsts[job_id] = alloc
+            all_terminating[job_id] = alloc.terminating
+        elif not alloc.terminating:
+            all_terminating[job_id] = False
+        resources = alloc.resources
+        total[0] += resources.cpu_millis
+        total[1] += resources.memory_mib
+        if resources.gpu:
+            total[2] += resources.gpu
+            gpu_type = types.get(alloc.node)
+            if gpu_type is not None:
+                by_type = typed.setdefault(job_id, {})
+                by_type[gpu_type] = by_type.get(gpu_type, 0) + resources.gpu
     jobs = []
-    for job_id, tasks in by_job.items():
-        usage = ResourceVector()
-        typed: dict[str, int] = {}
-        for task in tasks:
-            usage = usage + task.resources
-            gpu_type = types.get(task.node)
-            if gpu_type is not None and task.resources.gpu:
-                typed[gpu_type] = typed.get(gpu_type, 0) + task.resources.gpu
-        first = tasks[0]
+    for job_id, (cpu, memory, gpu) in sums.items():
+        first = firsts[job_id]
         jobs.append(
             RunningJob(
                 job_id,
@@ -58,9 +72,9 @@ def running_jobs(
                 first.priority,
                 first.submitted_at,
                 first.user,
-                usage,
-                all(t.terminating for t in tasks),
-                tuple(sorted(typed.items())),
+                ResourceVector(cpu, memory, gpu),
+                all_terminating[job_id],
+                tuple(sorted(typed.get(job_id, {}).items())),
             )
         )
     return sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.job_id))
@@ -87,9 +101,23 @@ class QuotaLedger:
         self.user_gpus: dict[tuple[str, str], int] = {}
         self.typed: dict[tuple[str, str], int] = {}
         self._lower_cache: dict[tuple[str, int], ResourceVector] = {}
+        sums: dict[str, list[int]] = {}
         for job in running:
-            if not job.opportunistic:
-                self._count(job.virtual_cluster, job.user, job.usage, job.typed_gpus)
+            if job.opportunistic:
+                continue
+            usage = job.usage
+            total = sums.setdefault(job.virtual_cluster, [0, 0, 0])
+            total[0] += usage.cpu_millis
+            total[1] += usage.memory_mib
+            total[2] += usage.gpu
+            if usage.gpu:
+                key = (job.virtual_cluster, job.user)
+                self.user_gpus[key] = self.user_gpus.get(key, 0) + usage.gpu
+            for gpu_type, count in job.typed_gpus:
+                typed_key = (job.virtual_cluster, gpu_type)
+                self.typed[typed_key] = self.typed.get(typed_key, 0) + count
+        for vc_name, (cpu, memory, gpu) in sums.items():
+            self.usage[vc_name] = ResourceVector(cpu, memory, gpu)
 
     def _count(
         self, vc: str, user: str, usage: ResourceVector, typed: Iterable[tuple[str, int]] = ()

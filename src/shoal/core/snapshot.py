@@ -130,6 +130,9 @@ class VirtualCluster:
     # Guaranteed GPUs per GPU type, e.g. (("A100", 4),). When set, a job asking for a type
     # is inside the guarantee only while the VC's use of that type stays within it.
     gpu_by_type: tuple[tuple[str, int], ...] = ()
+    # Strict FIFO (Kueue's StrictFIFO, YARN's FIFO queue): once a job of this VC waits, every
+    # later job of the VC waits behind it, even one that would fit (no backfill).
+    strict_fifo: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,130 @@
+"""``shoal sim``: replay a job trace against a cluster description under one or more policies."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, fail, print_json
+from shoal.cli.render import console, err_console
+
+
+class TraceFormatChoice(StrEnum):
+    AUTO = "auto"
+    PHILLY = "philly"
+    ALIBABA = "alibaba"
+    TIRESIAS = "tiresias"
+    SHOAL = "shoal"
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise typer.BadParameter(
+            "name at least one policy: fifo, shoal or las", param_hint="--policy"
+        )
+    return names
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list of GPU-seconds", param_hint="--las-thresholds"
+        ) from None
+
+
+def sim(
+    trace: Path = typer.Option(
+        ..., "--trace", help="The job trace (CSV, or shoal's YAML/JSON job list)."
+    ),
+    cluster: Path = typer.Option(
+        ..., "--cluster", help="The cluster description (YAML), e.g. examples/sim/philly-352.yaml."
+    ),
+    policy: str = typer.Option(
+        "shoal",
+        "--policy",
+        help="fifo, shoal or las; a comma-separated list compares them (first: baseline).",
+    ),
+    trace_format: TraceFormatChoice = typer.Option(
+        TraceFormatChoice.AUTO, "--format", help="Trace format (auto: by header or suffix)."
+    ),
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, help="Replay only the first N jobs by submission time."
+    ),
+    output: OutputFormat = OUTPUT_OPTION,
+    report: Path | None = typer.Option(
+        None, "--report", help="Write summary.json, report.md, per-job CSVs and PNG plots here."
+    ),
+    interval: float = typer.Option(
+        0.0, "--interval", min=0.0, help="Scheduling period in seconds (0: a cycle at every event)."
+    ),
+    checkpoint: float = typer.Option(
+        1800.0,
+        "--checkpoint",
+        min=0.0,
+        help="Checkpoint interval (s): preempted jobs lose the work since the last one.",
+    ),
+    stop_grace: float = typer.Option(
+        30.0,
+        "--stop-grace",
+        min=0.0,
+        help="Seconds a preempted job holds its resources while stopping.",
+    ),
+    las_thresholds: str = typer.Option(
+        "3600,36000", "--las-thresholds", help="LAS queue thresholds in GPU-seconds."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Verify after every cycle that nothing is over-allocated (slower)."
+    ),
+) -> None:
+    """Replay a trace (Philly, Alibaba, Tiresias or shoal's job list) through shoal's scheduler."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from shoal.sim.cluster import ClusterError
+    from shoal.sim.engine import SimConfig
+    from shoal.sim.report import rich_table, vc_table, write_report
+    from shoal.sim.runner import SimRequest, run_simulations
+    from shoal.sim.traces import TraceFormat
+    from shoal.sim.workload import TraceError
+
+    request = SimRequest(
+        trace,
+        cluster,
+        _policies(policy),
+        None if trace_format is TraceFormatChoice.AUTO else TraceFormat(trace_format.value),
+        limit,
+        SimConfig(interval, checkpoint, stop_grace, check),
+        _thresholds(las_thresholds),
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        tasks: dict[str, object] = {}
+
+        def progress(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(f"replaying ({name})", total=total)
+            bar.update(tasks[name], completed=done)  # type: ignore[arg-type]
+
+        try:
+            outcome = run_simulations(request, progress)
+        except (ClusterError, TraceError, ValueError) as error:
+            raise fail(str(error)) from None
+    if report is not None:
+        write_report(report, outcome.results, outcome.summaries)
+    if output is OutputFormat.JSON:
+        print_json(outcome.summaries[0] if len(outcome.summaries) == 1 else outcome.summaries)
+        return
+    console.print(rich_table(outcome.summaries))
+    if len(outcome.summaries[0]["per_vc"]) > 1:
+        console.print(vc_table(outcome.summaries))
+    if report is not None:
+        console.print(f"report written to {report}/ (report.md, summary.json, jobs-*.csv, *.png)")

@@ -1,0 +1,218 @@
+"""Cluster descriptions for the simulator: nodes (groups of equal nodes, or the Alibaba node
+list) and virtual clusters with their guarantees. Example files: ``examples/sim/``.
+
+    name: philly-352
+    node_groups:
+      - {count: 352, gpus: 8, cpu: 64, memory: 512Gi}
+    virtual_clusters:
+      - {name: 6214e9, nodes: 64}        # a guarantee of 64 nodes' worth of GPUs
+      - {name: 0e4a51, gpus: 256, borrow_limit: 128}
+    unknown_virtual_cluster: 6214e9      # trace jobs of VCs not listed here go there
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shoal.core.resources import ResourceVector
+from shoal.core.snapshot import NodeState, VirtualCluster
+from shoal.sim.alibaba import read_alibaba_nodes
+from shoal.sim.traces import GangRules
+from shoal.spec.units import cpu_millis, memory_mib
+
+UNLIMITED = 1 << 40  # a guarantee that does not limit cpu or memory (as the server's VCs)
+PORT_RANGE = (20000, 30000)
+
+
+class ClusterError(ValueError):
+    """A cluster file that cannot be used: names the file and the field."""
+
+
+class NodeGroup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(ge=1, le=100_000)
+    gpus: int = Field(default=8, ge=0, le=64)
+    cpu: float | str = 64
+    memory: int | str = "512Gi"
+    gpu_type: str | None = None
+    name_prefix: str = "node"
+
+
+class NodeList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["alibaba"] = "alibaba"
+    path: str = Field(description="relative to the cluster file")
+
+
+class VirtualClusterEntry(BaseModel):
+    # Trace VC ids such as 103959 read as numbers in YAML; they are names.
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    name: str = Field(min_length=1)
+    gpus: int | None = Field(default=None, ge=0)
+    nodes: int | None = Field(default=None, ge=0)
+    borrow_limit: int | None = Field(default=None, ge=0, description="GPUs; omitted: any")
+    user_gpu_cap: int | None = Field(default=None, ge=1)
+    preempt_within: bool = True
+
+    @model_validator(mode="after")
+    def _one_size(self) -> VirtualClusterEntry:
+        if (self.gpus is None) == (self.nodes is None):
+            raise ValueError(f"virtual cluster {self.name}: give exactly one of gpus or nodes")
+        return self
+
+
+class GangDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_per_gpu: float | str = 0
+    memory_per_gpu: int | str = 0
+
+
+class ClusterFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    name: str = "cluster"
+    node_groups: list[NodeGroup] = Field(default_factory=list)
+    node_list: NodeList | None = None
+    virtual_clusters: list[VirtualClusterEntry] = Field(default_factory=list)
+    unknown_virtual_cluster: str | None = None
+    gang: GangDefaults = Field(default_factory=GangDefaults)
+
+    @model_validator(mode="after")
+    def _has_nodes(self) -> ClusterFile:
+        if not self.node_groups and self.node_list is None:
+            raise ValueError("give node_groups or a node_list")
+        names = [vc.name for vc in self.virtual_clusters]
+        if len(set(names)) != len(names):
+            raise ValueError("virtual cluster names must be unique")
+        if self.unknown_virtual_cluster and self.unknown_virtual_cluster not in names:
+            raise ValueError(
+                f"unknown_virtual_cluster {self.unknown_virtual_cluster!r} is not one of the "
+                "virtual_clusters"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class VcQuota:
+    """A VC as the cluster file gives it, before a policy decides borrowing and preemption."""
+
+    name: str
+    gpus: int
+    borrow_limit: int | None
+    user_gpu_cap: int | None
+    preempt_within: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SimCluster:
+    name: str
+    nodes: tuple[NodeState, ...]
+    quotas: tuple[VcQuota, ...]
+    unknown_virtual_cluster: str | None
+    gang_rules: GangRules
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(node.capacity.gpu for node in self.nodes)
+
+    def virtual_clusters(
+        self, *, borrowing: bool, preemption: bool, strict_fifo: bool
+    ) -> tuple[VirtualCluster, ...]:
+        """The VCs for ``core.schedule`` under a policy's rules."""
+        return tuple(
+            VirtualCluster(
+                quota.name,
+                ResourceVector(UNLIMITED, UNLIMITED, quota.gpus),
+                _borrow_limit(quota, borrowing),
+                quota.user_gpu_cap,
+                preemption and quota.preempt_within,
+                strict_fifo=strict_fifo,
+            )
+            for quota in self.quotas
+        )
+
+
+def _borrow_limit(quota: VcQuota, borrowing: bool) -> ResourceVector | None:
+    """None: the VC may borrow any idle GPU; otherwise at most this many beyond its guarantee."""
+    if not borrowing:
+        return ResourceVector(0, 0, 0)
+    if quota.borrow_limit is None:
+        return None
+    return ResourceVector(0, 0, quota.borrow_limit)
+
+
+def _group_nodes(groups: list[NodeGroup]) -> list[NodeState]:
+    nodes = []
+    for group_index, group in enumerate(groups):
+        shape = ResourceVector(cpu_millis(group.cpu), memory_mib(group.memory), group.gpus)
+        prefix = group.name_prefix if len(groups) == 1 else f"{group.name_prefix}{group_index}"
+        width = len(str(group.count))
+        for i in range(group.count):
+            name = f"{prefix}-{i:0{width}d}"
+            nodes.append(
+                NodeState(name, name, shape, tuple(range(group.gpus)), group.gpu_type, PORT_RANGE)
+            )
+    return nodes
+
+
+def _quotas(spec: ClusterFile, nodes: tuple[NodeState, ...]) -> tuple[VcQuota, ...]:
+    total = sum(node.capacity.gpu for node in nodes)
+    if not spec.virtual_clusters:
+        return (VcQuota("default", total, None, None, True),)
+    per_node = max((node.capacity.gpu for node in nodes), default=0)
+    quotas = tuple(
+        VcQuota(
+            vc.name,
+            vc.gpus if vc.gpus is not None else (vc.nodes or 0) * per_node,
+            vc.borrow_limit,
+            vc.user_gpu_cap,
+            vc.preempt_within,
+        )
+        for vc in spec.virtual_clusters
+    )
+    guaranteed = sum(quota.gpus for quota in quotas)
+    if guaranteed > total:
+        raise ClusterError(
+            f"the virtual clusters guarantee {guaranteed} GPUs but the nodes have {total}; "
+            "lower the guarantees or add nodes"
+        )
+    return quotas
+
+
+def load_cluster(path: Path) -> SimCluster:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = ClusterFile.model_validate(raw)
+    except OSError as error:
+        raise ClusterError(f"{path}: cannot read the cluster file: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ClusterError(f"{path}: not valid YAML: {error}") from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise ClusterError(f"{path}: {where}: {first['msg']}") from None
+    nodes = _group_nodes(spec.node_groups)
+    if spec.node_list is not None:
+        node_file = (path.parent / spec.node_list.path).resolve()
+        if not node_file.is_file():
+            raise ClusterError(f"{path}: node_list.path: no such file {node_file}")
+        nodes.extend(read_alibaba_nodes(node_file, PORT_RANGE))
+    all_nodes = tuple(nodes)
+    gpus_per_node = max((node.capacity.gpu for node in all_nodes), default=0)
+    rules = GangRules(
+        max(gpus_per_node, 1),
+        cpu_millis(spec.gang.cpu_per_gpu),
+        memory_mib(spec.gang.memory_per_gpu),
+    )
+    return SimCluster(
+        spec.name, all_nodes, _quotas(spec, all_nodes), spec.unknown_virtual_cluster, rules
+    )
