@@ -1,0 +1,80 @@
+"""shoal local mode, measured with bench/launch.py's own ``measure_latency`` / ``measure_drain``.
+
+The cluster is started as bench/launch.py starts it: one simulated node with ``slots`` cores, in a
+temporary SHOAL_HOME, server and agent on loopback. "Running" here: the task's ``startedAt``, the
+agent's wall-clock time right after ``Popen`` of the task's shell returned (fork + exec done).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+from peer_proc import log, run
+
+from shoal.client import ShoalClient
+from shoal.local.supervisor import UpOptions, start_local, stop_local
+
+LAUNCH = Path(__file__).resolve().parents[1] / "launch.py"
+
+
+def load_launch() -> ModuleType:
+    """bench/launch.py is a script, not a package module: load it from its path."""
+    name = "shoal_bench_launch"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, LAUNCH)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {LAUNCH}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def machine_summary() -> str:
+    return load_launch().machine()
+
+
+def version() -> str:
+    root = LAUNCH.parents[1]
+    out = run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], check=False, timeout=30)
+    dirty = run(["git", "-C", str(root), "status", "--porcelain", "src"], check=False, timeout=30)
+    commit = out.stdout.strip() or "unknown"
+    return f"shoal {commit}" + (" (src/ modified)" if dirty.stdout.strip() else "")
+
+
+def measure(args, scratch: Path) -> dict:
+    launch = load_launch()
+    home = Path(tempfile.mkdtemp(prefix="shoal-bench-peers-", dir=scratch))
+    options = UpOptions(
+        home=home,
+        port=0,
+        nodes=1,
+        cpus=float(args.slots),
+        memory_mib=64 * 1024,
+        gpus=0,
+        kill_grace_s=2.0,
+    )
+    info = start_local(options)
+    client = ShoalClient(info.url, (home / "admin.token").read_text().strip())
+    try:
+        log(f"shoal: up; warm-up job, then {args.latency_jobs} latency jobs")
+        launch.measure_latency(client, 1)
+        latencies = launch.measure_latency(client, args.latency_jobs)
+        log(f"shoal: draining {args.drain_jobs} jobs")
+        drain_s, submit_s, succeeded = launch.measure_drain(client, args.drain_jobs)
+    finally:
+        client.close()
+        stop_local(home)
+    return {
+        "version": version(),
+        "latencies": latencies,
+        "drain_seconds": drain_s,
+        "submit_seconds": submit_s,
+        "drain_succeeded": succeeded,
+        "running_means": "the task's startedAt: the agent's clock right after Popen returned",
+    }
