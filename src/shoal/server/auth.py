@@ -5,10 +5,16 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import threading
+import time
+import weakref
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select
+from sqlalchemy.orm import Session
 
 from shoal.store.db import Database
 from shoal.store.models import Token, User
@@ -69,16 +75,91 @@ def ensure_token_file(db: Database, path: Path, kind: str, now: float) -> str:
     return token
 
 
+@dataclass(frozen=True, slots=True)
+class _Known:
+    principal: Principal | None  # None: revoked or unknown (looked up, never kept)
+    expires_at: float | None
+    cached_at: float
+
+
+class TokenCache:
+    """Tokens already looked up, so a request costs no query for its token.
+
+    Any flush or commit that touches a token or a user (revocation, deletion, new groups) empties
+    the cache; a lookup that raced with such a write is not stored. Entries also age out after
+    ``TTL_S``, for the rare change made outside this process."""
+
+    TTL_S = 30.0
+
+    def __init__(self, db: Database) -> None:
+        self._entries: dict[str, _Known] = {}
+        self._lock = threading.Lock()
+        self.generation = 0
+        event.listen(db.sessions, "after_flush", self._after_flush)
+        event.listen(db.sessions, "after_commit", self._after_commit)
+
+    def _after_flush(self, session: Session, _context: Any) -> None:
+        touched = chain(session.new, session.dirty, session.deleted)
+        if any(isinstance(row, (Token, User)) for row in touched):
+            session.info["auth_changed"] = True
+            self.clear()
+
+    def _after_commit(self, session: Session) -> None:
+        if session.info.pop("auth_changed", False):
+            self.clear()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.generation += 1
+            self._entries.clear()
+
+    def get(self, token_hash: str) -> _Known | None:
+        known = self._entries.get(token_hash)
+        if known is None or time.monotonic() - known.cached_at > self.TTL_S:
+            return None
+        return known
+
+    def put(self, token_hash: str, known: _Known, generation: int) -> None:
+        with self._lock:
+            if generation == self.generation:
+                self._entries[token_hash] = known
+
+
+_caches: weakref.WeakKeyDictionary[Database, TokenCache] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def token_cache(db: Database) -> TokenCache:
+    with _caches_lock:
+        cache = _caches.get(db)
+        if cache is None:
+            cache = _caches[db] = TokenCache(db)
+        return cache
+
+
 def authenticate(db: Database, token: str, now: float) -> Principal | None:
+    cache = token_cache(db)
+    token_hash = hash_token(token)
+    known = cache.get(token_hash)
+    if known is None:
+        generation = cache.generation
+        known = _look_up(db, token_hash)
+        if known.principal is not None:  # unknown tokens are not kept (a flood would grow it)
+            cache.put(token_hash, known, generation)
+    if known.principal is None or (known.expires_at is not None and known.expires_at <= now):
+        return None
+    return known.principal
+
+
+def _look_up(db: Database, token_hash: str) -> _Known:
     with db.read() as session:
         row = session.execute(
             select(Token, User)
             .join(User, User.id == Token.user_id)
-            .where(Token.token_hash == hash_token(token))
+            .where(Token.token_hash == token_hash)
         ).first()
-    if row is None:
-        return None
+    if row is None or row[0].revoked_at is not None:
+        return _Known(None, None, time.monotonic())
     found, user = row
-    if found.revoked_at is not None or (found.expires_at is not None and found.expires_at <= now):
-        return None
-    return Principal(user.name, user.is_admin, found.kind, tuple(user.groups or ()))
+    principal = Principal(user.name, user.is_admin, found.kind, tuple(user.groups or ()))
+    return _Known(principal, found.expires_at, time.monotonic())

@@ -42,7 +42,10 @@ class Database:
         )
         if is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Derived data that never changes once written (e.g. a job's parsed spec), shared by every
+        # session of this database as ``session.info["memo"]``.
+        self.memo: dict[Any, Any] = {}
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False, info={"memo": self.memo})
         self._write_lock = threading.RLock()
 
     def migrate(self) -> None:
@@ -54,13 +57,13 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        with self._sessions() as session:
+        with self.sessions() as session:
             yield session
 
     @contextmanager
     def write(self) -> Iterator[Session]:
         """One serialised read-modify-write transaction, committed on success."""
-        with self._write_lock, self._sessions() as session, session.begin():
+        with self._write_lock, self.sessions() as session, session.begin():
             yield session
 
     def dispose(self) -> None:

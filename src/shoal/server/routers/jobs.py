@@ -36,18 +36,15 @@ JobState = Literal["WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STO
 @router.post("", status_code=201, response_model=list[SubmittedJob])
 def submit_job(body: SubmitRequest, ctx: Context, caller: Caller) -> list[SubmittedJob]:
     """Submit a job file. The job is stored durably before this answers."""
-    ids, warnings, _ = job_service.submit(ctx, caller, body)
-    with ctx.db.read() as session:
-        rows = [session.get(Job, job_id) for job_id in ids]
+    ids, warnings, names = job_service.submit(ctx, caller, body)
     return [
         SubmittedJob(
-            id=row.id,
-            name=row.name,
-            state=row.state,
+            id=job_id,
+            name=name,
+            state=State.WAITING.value,  # as committed; the scheduler may have placed it since
             warnings=[ProblemOut(**w) for w in warnings],
         )
-        for row in rows
-        if row is not None
+        for job_id, name in zip(ids, names, strict=True)
     ]
 
 

@@ -64,12 +64,15 @@ async def submit(request: Request, ctx: Context, caller: Caller) -> dict[str, st
     except UnicodeDecodeError:
         raise ApiError(400, "InvalidProtocolError", "the job is not UTF-8 text") from None
     try:
-        ids, _, name = job_service.submit(ctx, caller, SubmitRequest(spec=text))
+        ids, _, names = job_service.submit(ctx, caller, SubmitRequest(spec=text))
     except ApiError as exc:
         if exc.code == "InvalidJobSpec":
             raise ApiError(400, "InvalidProtocolError", exc.message, exc.problems) from None
         raise
-    return {"status": "submitted", "message": f"update job {name} successfully (id {ids[0]})"}
+    return {
+        "status": "submitted",
+        "message": f"update job {names[0]} successfully (id {ids[0]})",
+    }
 
 
 @router.get("/jobs", response_model=None)

@@ -3,6 +3,7 @@ changed since) is dropped, never half-applied."""
 
 from __future__ import annotations
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.core.plan import Admission, PendingReason, Plan, Preemption
@@ -24,6 +25,11 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
     if not plan.admissions and not changed and not plan.preemptions:
         return 0  # nothing to write: no transaction (every commit costs an fsync)
     with ctx.db.write() as session:
+        # One query loads every job the plan names, so the lookups below cost no query and no
+        # early flush, and the writes go out together at commit.
+        named = [a.job_id for a in plan.admissions] + [j for j, _ in changed]
+        named += [p.victim_job_id for p in plan.preemptions]
+        loaded = session.scalars(select(Job).where(Job.id.in_(named))).all()
         for admission in plan.admissions:
             job = _current(session, admission.job_id, versions)
             if job is not None:
@@ -36,6 +42,7 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
                 _mark_pending(session, job, reason, now)
                 ctx.reasons[job_id] = (reason.code.value, reason.message)
         preempted = sum(_preempt(session, p, now) for p in plan.preemptions)
+        del loaded
     if admitted or preempted:
         ctx.wake_agents()
     return admitted

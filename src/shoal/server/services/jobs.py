@@ -7,7 +7,7 @@ import binascii
 import os
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from shoal.core.plan import InfeasibleJob
@@ -27,6 +27,14 @@ from shoal.spec.model import JOB_NAME_RE, JobSpec, SourceFormat
 from shoal.store.models import Job, Task
 
 ACTIVE = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
+# Statements built once (SQLAlchemy then skips their construction on every submission).
+_MAX_SEQ = select(func.max(Job.seq))
+_CLASH = (
+    select(Job.id)
+    .where(Job.user == bindparam("user"), Job.name == bindparam("name"), Job.state.in_(ACTIVE))
+    .limit(1)
+)
+_INSERT_JOB = insert(Job)
 
 
 def parse_submission(
@@ -93,23 +101,29 @@ def store_archive(ctx: ServerContext, job_id: str, data: bytes) -> Path:
 
 def submit(
     ctx: ServerContext, principal: Principal, request: SubmitRequest
-) -> tuple[list[str], list[dict[str, object]], str]:
-    """Store the job(s); returns their ids, the warnings and the first job's name."""
+) -> tuple[list[str], list[dict[str, object]], list[str]]:
+    """Store the job(s), committed before this returns; returns their ids, the warnings and
+    their names.
+
+    The rows are written with plain inserts (no ORM unit of work): a submission is one short
+    transaction of a few statements, then one fsync."""
     fmt, specs, warnings = parse_submission(request)
     archive = decode_archive(ctx, request.code_archive)
     now = ctx.clock()
     ids: list[str] = []
     with ctx.db.write() as session:
+        connection = session.connection()
         for spec in specs:
             vc = request.virtual_cluster or spec.virtual_cluster or "default"
             _check_membership(session, principal, vc)
             _check_conflicts(ctx, session, principal, spec)
-            seq = (session.scalar(select(func.max(Job.seq))) or 0) + 1
+            seq = (connection.execute(_MAX_SEQ).scalar() or 0) + 1
             job_id = str(seq)
             if archive is not None:
                 store_archive(ctx, job_id, archive)
-            session.add(_new_job(job_id, seq, spec, principal, vc, fmt, request, now))
-            session.flush()
+            connection.execute(
+                _INSERT_JOB, _new_job(job_id, seq, spec, principal, vc, fmt, request, now)
+            )
             record(
                 session,
                 job_id,
@@ -119,7 +133,7 @@ def submit(
             )
             ids.append(job_id)
     ctx.wake_scheduler()
-    return ids, warnings, specs[0].name
+    return ids, warnings, [spec.name for spec in specs]
 
 
 def _check_membership(session: Session, principal: Principal, vc: str) -> None:
@@ -138,10 +152,8 @@ def _check_membership(session: Session, principal: Principal, vc: str) -> None:
 def _check_conflicts(
     ctx: ServerContext, session: Session, principal: Principal, spec: JobSpec
 ) -> None:
-    clash = session.scalar(
-        select(Job.id).where(
-            Job.user == principal.user, Job.name == spec.name, Job.state.in_(ACTIVE)
-        )
+    clash = (
+        session.connection().execute(_CLASH, {"user": principal.user, "name": spec.name}).scalar()
     )
     if clash is not None:
         raise ApiError(
@@ -164,26 +176,29 @@ def _new_job(
     fmt: SourceFormat,
     request: SubmitRequest,
     now: float,
-) -> Job:
-    return Job(
-        id=job_id,
-        seq=seq,
-        name=spec.name,
-        user=principal.user,
-        virtual_cluster=vc,
-        state=State.WAITING.value,
-        version=1,
-        priority=spec.priority_class.rank,
-        priority_class=spec.priority_class.value,
-        submitted_at=now,
-        attempt=0,
-        job_retry_count=spec.job_retry_count,
-        source_format=fmt.value,
-        source_text=request.spec,
-        spec=spec.model_dump(mode="json", exclude={"secrets"}),
-        secrets=dict(spec.secrets),
-        has_code=request.code_archive is not None,
-    )
+) -> dict[str, object]:
+    """The new job's row, for ``_INSERT_JOB``."""
+    return {
+        "id": job_id,
+        "seq": seq,
+        "name": spec.name,
+        "user": principal.user,
+        "virtual_cluster": vc,
+        "state": State.WAITING.value,
+        "version": 1,
+        "priority": spec.priority_class.rank,
+        "priority_class": spec.priority_class.value,
+        "submitted_at": now,
+        "attempt": 0,
+        "job_retry_count": spec.job_retry_count,
+        "source_format": fmt.value,
+        "source_text": request.spec,
+        "spec": spec.model_dump(mode="json", exclude={"secrets"}),
+        "secrets": dict(spec.secrets),
+        "has_code": request.code_archive is not None,
+        "stop_requested": False,
+        "diagnostics": "",
+    }
 
 
 def find_job(session: Session, principal: Principal, ref: str) -> Job:
@@ -222,9 +237,12 @@ def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
     return job
 
 
-def request_kill(session: Session, job_id: str) -> None:
-    """Ask the agents to end every unfinished task of the job."""
-    for task in session.scalars(select(Task).where(Task.job_id == job_id)):
+def request_kill(session: Session, job_id: str, tasks: list[Task] | None = None) -> None:
+    """Ask the agents to end every unfinished task of the job (``tasks``: its unfinished tasks
+    if the caller has them already)."""
+    if tasks is None:
+        tasks = list(session.scalars(select(Task).where(Task.job_id == job_id)))
+    for task in tasks:
         state = State(task.state)
         if state.is_terminal:
             continue

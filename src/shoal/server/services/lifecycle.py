@@ -202,10 +202,10 @@ def _apply_verdict(session: Session, job: Job, tasks: list[Task], now: float) ->
                 "failing",
                 f"attempt {job.attempt} failed ({verdict.reason}); it will be retried",
             )
-            request_kill(session, job.id)
+            request_kill(session, job.id, tasks)
             return
         job.state = advance_job(State.RUNNING, JobEvent.FAILED).value
     job.version += 1
     job.completed_at = now
     record(session, job.id, now, job.state.lower(), verdict.reason)
-    request_kill(session, job.id)
+    request_kill(session, job.id, tasks)

@@ -11,7 +11,7 @@ from pathlib import Path
 from shoal.core.states import State
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import LogChunk, LogUploadRequest, LogUploadResponse
-from shoal.server.services.agents import task_by_attempt
+from shoal.server.services.reports import task_by_attempt
 from shoal.store.models import Task
 
 MAX_READ = 1024 * 1024

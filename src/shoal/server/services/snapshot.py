@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation
@@ -26,9 +26,30 @@ _JOB_META = (
     Job.completing,
     Job.stop_requested,
 )
+_TASK_COLUMNS = (
+    Task.job_id,
+    Task.role,
+    Task.index,
+    Task.node,
+    Task.cpu_millis,
+    Task.memory_mib,
+    Task.gpu_indices,
+    Task.ports,
+    Task.kill_requested,
+)
+
+_HOLDING = (
+    select(*_TASK_COLUMNS, *_JOB_META)
+    .join(Job, Job.id == Task.job_id)
+    .where(Task.state.in_(HOLDING))
+)
+_WAITING = select(
+    Job.id, Job.version, Job.priority, Job.submitted_at, Job.virtual_cluster, Job.user
+).where(Job.state == State.WAITING.value, Job.completing.is_(None))
 
 
-def allocation(task: Task, meta: Sequence[Any]) -> TaskAllocation:
+def allocation(task: Task | Any, meta: Sequence[Any]) -> TaskAllocation:
+    """The resources a task holds; ``task`` is a task row or a row of ``_TASK_COLUMNS``."""
     vc, priority, submitted_at, user, completing, stop_requested = meta
     return TaskAllocation(
         job_id=task.job_id,
@@ -46,8 +67,22 @@ def allocation(task: Task, meta: Sequence[Any]) -> TaskAllocation:
     )
 
 
+SPEC_MEMO = 4096  # parsed specs kept per database
+
+
 def spec_of(job: Job) -> JobSpec:
-    return JobSpec.model_validate({**job.spec, "secrets": job.secrets})
+    """The job's spec, parsed once: a job's spec and secrets never change after submission."""
+    session = object_session(job)
+    memo = session.info.get("memo") if session is not None else None
+    key = ("spec", job.id, job.submitted_at)
+    spec = memo.get(key) if memo is not None else None
+    if spec is None:
+        spec = JobSpec.model_validate({**job.spec, "secrets": job.secrets})
+        if memo is not None:
+            if len(memo) >= SPEC_MEMO:
+                memo.clear()
+            memo[key] = spec
+    return spec
 
 
 def request_of(ctx: ServerContext, job: Job) -> JobRequest:
@@ -66,20 +101,20 @@ def _request(job_id: str, spec: JobSpec, meta: Any) -> JobRequest:
     )
 
 
-def load_snapshot(ctx: ServerContext, session: Session) -> tuple[ClusterSnapshot, dict[str, int]]:
+def load_snapshot(
+    ctx: ServerContext, session: Session, queue_only: bool = False
+) -> tuple[ClusterSnapshot, dict[str, int]]:
     """The snapshot, and the version of each queued job (for guarded writes of the plan).
 
-    Only the columns needed are read; a job's spec is parsed once per version and cached."""
-    nodes = load_nodes(session)
-    holding = session.execute(
-        select(Task, *_JOB_META).join(Job, Job.id == Task.job_id).where(Task.state.in_(HOLDING))
-    )
-    allocations = tuple(allocation(row[0], row[1:]) for row in holding)
-    waiting = session.execute(
-        select(
-            Job.id, Job.version, Job.priority, Job.submitted_at, Job.virtual_cluster, Job.user
-        ).where(Job.state == State.WAITING.value, Job.completing.is_(None))
-    ).all()
+    Only the columns needed are read; a job's spec is parsed once per version and cached. With
+    ``queue_only``, an empty queue is answered with an empty snapshot after one query."""
+    connection = session.connection()  # plain rows: no ORM objects for a read-only snapshot
+    waiting = connection.execute(_WAITING).all()
+    live = {(row.id, row.version) for row in waiting}
+    for key in [k for k in ctx.requests if k not in live]:
+        del ctx.requests[key]
+    if queue_only and not waiting:
+        return ClusterSnapshot(()), {}
     missing = [row.id for row in waiting if (row.id, row.version) not in ctx.requests]
     if missing:
         for job in session.scalars(select(Job).where(Job.id.in_(missing))):
@@ -90,8 +125,8 @@ def load_snapshot(ctx: ServerContext, session: Session) -> tuple[ClusterSnapshot
         if (row.id, row.version) in ctx.requests
     )
     versions = {row.id: row.version for row in waiting}
-    live = {(row.id, row.version) for row in waiting}
-    for key in [k for k in ctx.requests if k not in live]:
-        del ctx.requests[key]
-    vcs = load_virtual_clusters(session)
+    nodes = load_nodes(session)
+    cut = len(_TASK_COLUMNS)
+    allocations = tuple(allocation(row, row[cut:]) for row in connection.execute(_HOLDING))
+    vcs = load_virtual_clusters(session, nodes)
     return ClusterSnapshot(tuple(nodes), queue, allocations, vcs), versions

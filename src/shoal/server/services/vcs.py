@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.core.resources import ResourceVector
-from shoal.core.snapshot import VirtualCluster
+from shoal.core.snapshot import NodeState, VirtualCluster
 from shoal.core.states import State
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import VirtualClusterIn, VirtualClusterOut
@@ -21,6 +21,7 @@ DEFAULT_VC = "default"
 
 
 UNLIMITED = 1 << 40
+_ALL_ROWS = select(VirtualClusterRow).order_by(VirtualClusterRow.name)
 
 
 def _guarantee(row: VirtualClusterRow) -> ResourceVector:
@@ -49,21 +50,24 @@ def _borrow(row: VirtualClusterRow) -> ResourceVector | None:
     )
 
 
-def cluster_total(session: Session) -> ResourceVector:
+def cluster_total(session: Session, nodes: list[NodeState] | None = None) -> ResourceVector:
     total = ResourceVector()
-    for node in load_nodes(session):
+    for node in load_nodes(session) if nodes is None else nodes:
         total = total + node.capacity
     return total
 
 
-def load_virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:
-    """Every VC for the scheduler, ``default`` getting what the others leave."""
-    rows = list(session.scalars(select(VirtualClusterRow).order_by(VirtualClusterRow.name)))
+def load_virtual_clusters(
+    session: Session, nodes: list[NodeState] | None = None
+) -> tuple[VirtualCluster, ...]:
+    """Every VC for the scheduler, ``default`` getting what the others leave (``nodes``: the
+    ready nodes, if the caller has them already)."""
+    rows = list(session.scalars(_ALL_ROWS))
     named = [r for r in rows if r.name != DEFAULT_VC]
     reserved = ResourceVector()
     for row in named:
         reserved = reserved + _limited(row)
-    left = cluster_total(session) - reserved
+    left = cluster_total(session, nodes) - reserved
     default_row = next((r for r in rows if r.name == DEFAULT_VC), None)
     default = VirtualCluster(
         DEFAULT_VC,

@@ -1,0 +1,240 @@
+"""An agent's report applied to the store: its nodes, started and exited attempts, and the
+started tasks it no longer mentions (lost with an agent restart). Idempotent: exits are repeated
+until acknowledged.
+
+A report costs a fixed handful of queries whatever the number of tasks: one plain query reads
+the state of every task the report names (and of the started tasks on its nodes); only the tasks
+that change are loaded as objects. A report that changes nothing worth a write needs no
+transaction at all (every commit costs an fsync, and reports come often)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy.orm import Session
+
+from shoal.core.lifecycle import ProcessExit
+from shoal.core.states import State
+from shoal.server.context import ServerContext
+from shoal.server.schemas import AgentNode, ReportRequest, RunningReport
+from shoal.server.services.events import record
+from shoal.server.services.lifecycle import on_exit, on_started
+from shoal.store.models import Job, Node, Task
+
+ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
+
+# The tasks a report names, and the started unfinished tasks of its nodes.
+_NAMED = select(Task.id, Task.attempt, Task.state, Task.launch_acked, Task.node, Task.usage).where(
+    or_(
+        Task.id.in_(bindparam("ids", expanding=True)),
+        and_(
+            Task.node.in_(bindparam("nodes", expanding=True)),
+            Task.state.in_(ACTIVE_TASK),
+            Task.launch_acked.is_(True),
+        ),
+    )
+)
+_NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
+
+
+def task_by_attempt(session: Session, attempt_id: str) -> Task | None:
+    task_id, _, attempt = attempt_id.partition(".")
+    if not task_id.isdigit() or not attempt.isdigit():
+        return None
+    task = session.get(Task, int(task_id))
+    if task is None or task.attempt != int(attempt):
+        return None
+    return task
+
+
+def _task_ids(request: ReportRequest) -> list[int]:
+    named = [r.attempt_id for r in request.running] + [r.attempt_id for r in request.exited]
+    return [int(a.partition(".")[0]) for a in named if a.partition(".")[0].isdigit()]
+
+
+def _named(session: Session, request: ReportRequest) -> dict[str, Any]:
+    """The store's view of every attempt the report names or should name, by attempt id."""
+    rows = session.connection().execute(
+        _NAMED, {"ids": _task_ids(request), "nodes": [n.name for n in request.nodes]}
+    )
+    return {f"{r.id}.{r.attempt}": r for r in rows}
+
+
+def vanished(named: dict[str, Any], request: ReportRequest) -> list[Any]:
+    """Started tasks on the agent's nodes that its report neither runs nor reports as exited."""
+    reported = {r.attempt_id for r in request.running} | {r.attempt_id for r in request.exited}
+    nodes = {n.name for n in request.nodes}
+    return [
+        row
+        for attempt_id, row in named.items()
+        if row.node in nodes
+        and row.state in ACTIVE_TASK
+        and row.launch_acked
+        and attempt_id not in reported
+    ]
+
+
+def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str], list[str]]:
+    """Returns the exits acknowledged and the attempts the agent should kill."""
+    now = ctx.clock()
+    quiet = _quiet(ctx, request, now)
+    if quiet is not None:
+        return [], quiet
+    acked: list[str] = []
+    stale: list[str] = []
+    with ctx.db.write() as session:
+        named = _named(session, request)
+        lost = vanished(named, request)
+        loaded = _load_changing(ctx, session, request, named, lost)
+        changed = False
+        for node in request.nodes:
+            changed |= _upsert_node(session, request.agent_id, node, now)
+        for running in request.running:
+            row = named.get(running.attempt_id)
+            if row is None or State(row.state).is_terminal:
+                stale.append(running.attempt_id)  # not ours to run (any more): kill it
+            elif row.id in loaded.tasks:
+                _note_running(ctx, session, loaded.tasks[row.id], running, now)
+        for report in request.exited:
+            task = task_by_attempt(session, report.attempt_id)
+            if task is not None:
+                result = ProcessExit(
+                    report.exit_code,
+                    report.signal,
+                    report.stop_requested,
+                    report.timed_out,
+                    report.launch_error,
+                )
+                if task.started_at is None and report.started_at is not None:
+                    task.started_at = report.started_at
+                on_exit(session, task, result, report.finished_at, report.usage)
+                changed = True
+            ctx.seen_attempts.discard(report.attempt_id)
+            acked.append(report.attempt_id)
+        for row in lost:  # the agent once ran them but no longer does (e.g. it restarted)
+            on_exit(session, loaded.tasks[row.id], ProcessExit(None, lost=True), now)
+            changed = True
+        del loaded
+    if changed:
+        ctx.wake_scheduler()
+        ctx.wake_agents()  # exits may have asked for kills (completion, job retry)
+    return acked, stale
+
+
+@dataclass
+class _Loaded:
+    """Rows loaded as objects. The session's identity map holds objects weakly: keeping this
+    alive keeps them there, so ``session.get`` by id costs no query."""
+
+    tasks: dict[int, Task] = field(default_factory=dict)
+    jobs: list[Job] = field(default_factory=list)
+
+
+def _load_changing(
+    ctx: ServerContext,
+    session: Session,
+    request: ReportRequest,
+    named: dict[str, Any],
+    lost: list[Any],
+) -> _Loaded:
+    """Load, in two queries, the tasks this report changes and their jobs."""
+    ids = {row.id for row in lost}
+    for running in request.running:
+        row = named.get(running.attempt_id)
+        if row is None or State(row.state).is_terminal:
+            continue
+        fresh = running.attempt_id not in ctx.seen_attempts or not row.launch_acked
+        if fresh or row.state == State.WAITING.value or row.usage != running.usage:
+            ids.add(row.id)
+    ids.update(named[e.attempt_id].id for e in request.exited if e.attempt_id in named)
+    if not ids:
+        return _Loaded()
+    tasks = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(ids)))}
+    job_ids = {t.job_id for t in tasks.values()}
+    return _Loaded(tasks, list(session.scalars(select(Job).where(Job.id.in_(job_ids)))))
+
+
+def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] | None:
+    """If the report changes nothing worth a write (heartbeats are written every few seconds),
+    the attempts to kill; else None."""
+    if request.exited:
+        return None
+    every = min(5.0, ctx.settings.node_timeout_s / 4)
+    with ctx.db.read() as session:
+        nodes = {
+            n.name: n for n in session.scalars(_NODES, {"nodes": [n.name for n in request.nodes]})
+        }
+        for report in request.nodes:
+            node = nodes.get(report.name)
+            if node is None or node.state != "READY" or node.last_seen < now - every:
+                return None
+            if (node.cpu_millis, node.memory_mib, list(node.gpu_indices)) != (
+                report.cpu_millis,
+                report.memory_mib,
+                list(report.gpu_indices),
+            ):
+                return None
+        named = _named(session, request)
+    stale: list[str] = []
+    for running in request.running:
+        row = named.get(running.attempt_id)
+        if row is None or State(row.state).is_terminal:
+            stale.append(running.attempt_id)
+        elif not row.launch_acked or running.attempt_id not in ctx.seen_attempts:
+            return None
+    if vanished(named, request):
+        return None  # the write path ends them
+    return stale
+
+
+def _note_running(
+    ctx: ServerContext, session: Session, task: Task, running: RunningReport, now: float
+) -> None:
+    if running.attempt_id not in ctx.seen_attempts and task.launch_acked:
+        record(
+            session,
+            task.job_id,
+            now,
+            "adopted",
+            f"{task.role}[{task.index}] is still running on {task.node} (pid "
+            f"{running.pid}); the server picked it up again after a restart",
+            task.role,
+            task.index,
+        )
+    ctx.seen_attempts.add(running.attempt_id)
+    on_started(session, task, running.pid, running.started_at)
+    if task.usage != running.usage:  # an unchanged value is not written again
+        task.usage = dict(running.usage)
+
+
+def _upsert_node(session: Session, agent_id: str, report: AgentNode, now: float) -> bool:
+    node = session.get(Node, report.name)
+    if node is None:
+        session.add(
+            Node(
+                name=report.name,
+                agent_id=agent_id,
+                address=report.address,
+                cpu_millis=report.cpu_millis,
+                memory_mib=report.memory_mib,
+                gpu_indices=list(report.gpu_indices),
+                gpu_type=report.gpu_type,
+                port_low=report.port_low,
+                port_high=report.port_high,
+                schedulable=True,
+                state="READY",
+                last_seen=now,
+                registered_at=now,
+                usage=dict(report.usage),
+            )
+        )
+        return True
+    came_back = node.state != "READY"
+    node.agent_id, node.address = agent_id, report.address
+    node.cpu_millis, node.memory_mib = report.cpu_millis, report.memory_mib
+    node.gpu_indices, node.gpu_type = list(report.gpu_indices), report.gpu_type
+    node.port_low, node.port_high = report.port_low, report.port_high
+    node.state, node.last_seen, node.usage = "READY", now, dict(report.usage)
+    return came_back
