@@ -181,7 +181,7 @@ def markdown(data: dict) -> str:
     for name in SYSTEMS:
         if name in systems and systems[name].get("running_means"):
             lines.append(f"- {LABELS[name]}: {systems[name]['running_means']}.")
-    lines += ["", *NOTES, "", load_note(systems)]
+    lines += ["", *NOTES, probe_note(data.get("stamp_probe_ms")), load_note(systems)]
     return "\n".join(lines)
 
 
@@ -194,8 +194,9 @@ def load_note(systems: dict[str, dict]) -> str:
         if n in systems and systems[n].get("cpu_busy_before") is not None
     ]
     return (
-        "- Before each system the run waits (up to 3 min) for the CPUs to be under 25 % busy. "
-        "When each started: " + ("; ".join(parts) or "not recorded") + "."
+        "- The machine is shared with other work. Before each system the run waits (up to "
+        "60 s) for the CPUs to be under 25 % busy, and records how busy they were when it "
+        "started: " + ("; ".join(parts) or "not recorded") + "."
     )
 
 
@@ -214,10 +215,17 @@ NOTES = [
     "- Equal slots: Slurm `CPUs=N` (ENVIRONMENT.md config C: `DefMemPerCPU=100`, "
     "`batch_sched_delay=0,sched_min_interval=0`); Ray head `--num-cpus N` with "
     "`entrypoint_num_cpus=1`; shoal one simulated node with N cores and 1-cpu tasks.",
-    "- Peers write a timestamp with `date` as their first action, a few ms after their shell "
-    "was exec'd; shoal's time is taken right after the exec. `stamp_probe_ms` in the JSON is "
-    "that gap measured here (it is in the peers' disfavour, and small next to their numbers).",
 ]
+
+
+def probe_note(stamp_probe_ms: float | None) -> str:
+    gap = f"{stamp_probe_ms} ms" if stamp_probe_ms is not None else "not measured"
+    return (
+        "- The peers' timestamp is written by `date`, their first command, so it lands a little "
+        "after their shell was exec'd; shoal's is taken right after the exec. That gap, "
+        f"measured here for `sh -c 'date …'` (median of 20): {gap}. It counts against the "
+        "peers and is small next to their numbers."
+    )
 
 
 def replace_region(doc: str, fragment: str) -> str:

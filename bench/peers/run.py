@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--docs", type=Path, default=DOCS)
     parser.add_argument("--no-save", action="store_true", help="print only (for trial runs)")
     parser.add_argument("--setup-only", action="store_true", help="install, then stop")
+    parser.add_argument(
+        "--render-only", action="store_true", help="rewrite the docs region from --json, no run"
+    )
     args = parser.parse_args(argv)
     args.systems = peer_report.parse_only(args.only)
     if args.latency_jobs < 1 or args.drain_jobs < 1 or args.slots < 1:
@@ -140,10 +143,11 @@ def check_clean() -> list[str]:
     return [ns for ns in NAMESPACES if ns in listed.split()]
 
 
-def save(data: dict, args: argparse.Namespace) -> None:
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(data, indent=2) + "\n")
-    log(f"wrote {args.json}")
+def save(data: dict, args: argparse.Namespace, docs_only: bool = False) -> None:
+    if not docs_only:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        log(f"wrote {args.json}")
     failed = [n for n, s in data["systems"].items() if "error" in s]
     if failed:
         log(f"not updating {args.docs}: {', '.join(failed)} failed")
@@ -160,6 +164,9 @@ def on_sigterm(_signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, on_sigterm)
+    if args.render_only:
+        save(json.loads(args.json.read_text()), args, docs_only=True)
+        return 0
     become_subreaper()
     setup(args.systems)
     if args.setup_only:
