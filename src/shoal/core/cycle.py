@@ -21,7 +21,7 @@ from shoal.core.plan import (
 )
 from shoal.core.preemption import choose_victims, describe_victim, eligible_victims
 from shoal.core.quota import Admission as Mode
-from shoal.core.quota import QuotaLedger, running_jobs
+from shoal.core.quota import QuotaLedger
 from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation, allocation_for
 
 NeverFits = Callable[[JobRequest], PendingReason | None]
@@ -45,13 +45,12 @@ class Cycle:
         self.never_fits_check = never_fits
         self.pool = NodePool(snapshot.nodes, snapshot.allocations)
         if snapshot.virtual_clusters:
-            types = {node.name: node.gpu_type for node in snapshot.nodes}
-            running = running_jobs(snapshot.allocations, types)
-            self.quota: QuotaLedger | None = QuotaLedger(snapshot.virtual_clusters, running)
-            self.inside = self.quota.inside_guarantee()
+            self.quota: QuotaLedger | None = QuotaLedger.from_allocations(
+                snapshot.virtual_clusters, snapshot.nodes, snapshot.allocations
+            )
         else:  # no quotas: only the jobs being stopped matter
             self.quota = None
-            self.inside = set()
+        self._inside: set[str] | None = None
         self.terminating = frozenset(a.job_id for a in snapshot.allocations if a.terminating)
         self.taken: set[str] = set()  # victims chosen in this cycle
         self.admitted_allocations: list[TaskAllocation] = []
@@ -67,6 +66,13 @@ class Cycle:
         # Strict-FIFO VCs: the first waiting job of each, which every later job waits behind.
         self.strict_vcs = {vc.name for vc in snapshot.virtual_clusters if vc.strict_fifo}
         self.strict_heads: dict[str, str] = {}
+
+    @property
+    def inside(self) -> set[str]:
+        """Running jobs inside their VC's guarantee: computed when preemption first asks."""
+        if self._inside is None:
+            self._inside = self.quota.inside_guarantee() if self.quota is not None else set()
+        return self._inside
 
     def order(self, queue: tuple[JobRequest, ...]) -> list[JobRequest]:
         """Priority, then submission time, then id; with VCs, jobs inside their guarantee come

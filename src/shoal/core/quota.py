@@ -15,7 +15,8 @@ from enum import StrEnum
 
 from shoal.core.plan import PendingReason, ReasonCode
 from shoal.core.resources import ResourceVector
-from shoal.core.snapshot import JobRequest, TaskAllocation, VirtualCluster
+from shoal.core.snapshot import JobRequest, NodeState, TaskAllocation, VirtualCluster
+from shoal.core.usage import node_gpu_types, usage_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,32 +93,52 @@ def _fits(amount: ResourceVector, limit: ResourceVector) -> bool:
 
 
 class QuotaLedger:
-    """Usage per VC and per user, updated as the cycle admits jobs."""
+    """Usage per VC and per user, updated as the cycle admits jobs.
+
+    Built once per cycle, so it sums usage straight from the task allocations and groups them
+    into running jobs only when a cycle asks (preemption needs them; most cycles do not)."""
 
     def __init__(self, vcs: Sequence[VirtualCluster], running: Sequence[RunningJob]) -> None:
+        self._start(vcs)
+        self._running: list[RunningJob] | None = list(running)
+        for job in running:
+            if not job.opportunistic:
+                self._count(job.virtual_cluster, job.user, job.usage, job.typed_gpus)
+
+    @classmethod
+    def from_allocations(
+        cls,
+        vcs: Sequence[VirtualCluster],
+        nodes: tuple[NodeState, ...],
+        allocations: Sequence[TaskAllocation],
+    ) -> QuotaLedger:
+        ledger = cls.__new__(cls)
+        ledger._start(vcs)
+        ledger._running = None
+        ledger._allocations = allocations
+        ledger._node_types = node_gpu_types(nodes)
+        usage = usage_of(nodes, allocations)
+        for vc_name, (cpu, memory, gpu) in usage.by_vc.items():
+            ledger.usage[vc_name] = ResourceVector(cpu, memory, gpu)
+        ledger.user_gpus = usage.user_gpus
+        ledger.typed = usage.typed
+        return ledger
+
+    def _start(self, vcs: Sequence[VirtualCluster]) -> None:
         self.vcs = {vc.name: vc for vc in vcs}
-        self.running = list(running)
         self.usage: dict[str, ResourceVector] = {name: ResourceVector() for name in self.vcs}
         self.user_gpus: dict[tuple[str, str], int] = {}
         self.typed: dict[tuple[str, str], int] = {}
         self._lower_cache: dict[tuple[str, int], ResourceVector] = {}
-        sums: dict[str, list[int]] = {}
-        for job in running:
-            if job.opportunistic:
-                continue
-            usage = job.usage
-            total = sums.setdefault(job.virtual_cluster, [0, 0, 0])
-            total[0] += usage.cpu_millis
-            total[1] += usage.memory_mib
-            total[2] += usage.gpu
-            if usage.gpu:
-                key = (job.virtual_cluster, job.user)
-                self.user_gpus[key] = self.user_gpus.get(key, 0) + usage.gpu
-            for gpu_type, count in job.typed_gpus:
-                typed_key = (job.virtual_cluster, gpu_type)
-                self.typed[typed_key] = self.typed.get(typed_key, 0) + count
-        for vc_name, (cpu, memory, gpu) in sums.items():
-            self.usage[vc_name] = ResourceVector(cpu, memory, gpu)
+        self._allocations: Sequence[TaskAllocation] = ()
+        self._node_types: Mapping[str, str | None] = {}
+
+    @property
+    def running(self) -> list[RunningJob]:
+        """The running jobs in queue order (grouped from the allocations on first use)."""
+        if self._running is None:
+            self._running = running_jobs(self._allocations, self._node_types)
+        return self._running
 
     def _count(
         self, vc: str, user: str, usage: ResourceVector, typed: Iterable[tuple[str, int]] = ()
@@ -214,7 +235,10 @@ class QuotaLedger:
     def inside_guarantee(self) -> set[str]:
         """Running jobs that the guarantee of their VC covers (see the module docstring)."""
         inside: set[str] = set()
-        left = {name: vc.guarantee for name, vc in self.vcs.items()}
+        left = {
+            name: [vc.guarantee.cpu_millis, vc.guarantee.memory_mib, vc.guarantee.gpu]
+            for name, vc in self.vcs.items()
+        }
         typed_left = {(name, t): n for name, vc in self.vcs.items() for t, n in vc.gpu_by_type}
         for job in self.running:  # already in queue order
             room = left.get(job.virtual_cluster)
@@ -224,9 +248,17 @@ class QuotaLedger:
             typed_ok = not vc.gpu_by_type or all(
                 count <= typed_left.get((vc.name, t), 0) for t, count in job.typed_gpus
             )
-            if _fits(job.usage, room) and typed_ok:
+            usage = job.usage
+            if (
+                usage.cpu_millis <= room[0]
+                and usage.memory_mib <= room[1]
+                and usage.gpu <= room[2]
+                and typed_ok
+            ):
                 inside.add(job.job_id)
-                left[job.virtual_cluster] = room - job.usage
+                room[0] -= usage.cpu_millis
+                room[1] -= usage.memory_mib
+                room[2] -= usage.gpu
                 for t, count in job.typed_gpus:
                     key = (vc.name, t)
                     typed_left[key] = typed_left.get(key, 0) - count

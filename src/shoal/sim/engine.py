@@ -81,6 +81,7 @@ class Simulator:
         self.node_gpus = {node.name: node.capacity.gpu for node in cluster.nodes}
         self.free_gpus = dict(self.node_gpus)
         self.busy_gpus = 0
+        self._allocations: tuple[TaskAllocation, ...] | None = None
         self.fragmented = 0
         self.timeline = Timeline()
         self.clock = _Clock()
@@ -155,9 +156,11 @@ class Simulator:
         if self.policy.dynamic_priority:
             self._refresh_running_priorities(now)
         queue = tuple(self._request(state) for state in self.waiting.values())
-        allocations = tuple(
-            itertools.chain.from_iterable(s.allocations for s in self.running.values())
-        )
+        if self._allocations is None:  # rebuilt only after tasks started or stopped
+            self._allocations = tuple(
+                itertools.chain.from_iterable(s.allocations for s in self.running.values())
+            )
+        allocations = self._allocations
         snapshot = ClusterSnapshot(self.cluster.nodes, queue, allocations, self.vcs)
         tick = time.perf_counter()
         plan = schedule(snapshot, now)
@@ -182,6 +185,7 @@ class Simulator:
             state = self.waiting.pop(admission.job_id)
             request = self._request(state)
             state.allocations = tuple(allocation_for(request, p) for p in admission.placements)
+            self._allocations = None
             for placement in admission.placements:
                 self.free_gpus[placement.node] -= placement.resources.gpu
                 self.busy_gpus += placement.resources.gpu
@@ -210,6 +214,7 @@ class Simulator:
         state.stopping = True
         state.epoch += 1  # its completion and demotion events no longer count
         state.allocations = tuple(replace(a, terminating=True) for a in state.allocations)
+        self._allocations = None
         self._push(now + self.config.stop_s, STOPPED, state)
 
     def _release(self, state: _Job, now: float) -> None:
@@ -220,6 +225,7 @@ class Simulator:
             self.free_gpus[alloc.node] += alloc.resources.gpu
             self.busy_gpus -= alloc.resources.gpu
         state.allocations = ()
+        self._allocations = None
         state.epoch += 1
 
     def _push_demotion(self, state: _Job, now: float) -> None:
@@ -249,6 +255,7 @@ class Simulator:
                 state.priority = priority
                 state.request = None
                 state.allocations = tuple(replace(a, priority=priority) for a in state.allocations)
+                self._allocations = None
         for state in self.waiting.values():
             priority = self.policy.priority(state.job, state.attained_gpu_s)
             if priority != state.priority:

@@ -144,12 +144,15 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> str:
 
 
 def write_report(
-    directory: Path, results: list[SimResult], summaries: list[dict[str, Any]]
+    directory: Path,
+    results: list[SimResult],
+    summaries: list[dict[str, Any]],
+    jobs_csv: bool = True,
 ) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
     (directory / "report.md").write_text(markdown(summaries))
-    for result in results:
+    for result in results if jobs_csv else ():
         _write_jobs(directory / f"jobs-{result.policy}.csv", result)
     from shoal.sim.plots import plot_all  # noqa: PLC0415 - matplotlib loads only for reports
 

@@ -1,0 +1,90 @@
+"""Quota usage summed from task allocations: per VC, per (VC, user) GPUs, per (VC, GPU type).
+
+Every cycle needs these sums, and from one cycle to the next only a few tasks start or stop. So
+the sums of the last allocation tuple seen (per thread) are kept, and the next call counts only
+the tasks added and removed since, matched by object identity (the memo holds the old tuple, so
+no identity can be reused while it is compared). The result is exactly what a recount gives;
+when most tasks changed (as when the server reloads them) it recounts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from shoal.core.snapshot import NodeState, TaskAllocation
+
+
+@dataclass(slots=True)
+class Usage:
+    by_vc: dict[str, list[int]] = field(default_factory=dict)  # [cpu millis, MiB, GPUs]
+    user_gpus: dict[tuple[str, str], int] = field(default_factory=dict)
+    typed: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def copy(self) -> Usage:
+        return Usage(
+            {vc: list(sums) for vc, sums in self.by_vc.items()},
+            dict(self.user_gpus),
+            dict(self.typed),
+        )
+
+    def count(self, alloc: TaskAllocation, types: dict[str, str], sign: int) -> None:
+        if alloc.priority < 0:  # `oppo` jobs use no quota
+            return
+        res = alloc.resources
+        sums = self.by_vc.get(alloc.virtual_cluster)
+        if sums is None:
+            sums = self.by_vc[alloc.virtual_cluster] = [0, 0, 0]
+        sums[0] += sign * res.cpu_millis
+        sums[1] += sign * res.memory_mib
+        if res.gpu:
+            sums[2] += sign * res.gpu
+            key = (alloc.virtual_cluster, alloc.user)
+            self.user_gpus[key] = self.user_gpus.get(key, 0) + sign * res.gpu
+            gpu_type = types.get(alloc.node)
+            if gpu_type is not None:
+                typed_key = (alloc.virtual_cluster, gpu_type)
+                self.typed[typed_key] = self.typed.get(typed_key, 0) + sign * res.gpu
+
+
+class _Memo(threading.local):
+    def __init__(self) -> None:
+        self.nodes: tuple[NodeState, ...] | None = None
+        self.types: dict[str, str] = {}
+        self.by_id: dict[int, TaskAllocation] = {}
+        self.allocations: Sequence[TaskAllocation] = ()
+        self.usage = Usage()
+
+
+_memo = _Memo()
+
+
+def node_gpu_types(nodes: tuple[NodeState, ...]) -> dict[str, str]:
+    """GPU type by node name, for nodes that have one (kept while the node tuple is the same)."""
+    if nodes is not _memo.nodes:
+        _memo.nodes = nodes
+        _memo.types = {n.name: n.gpu_type for n in nodes if n.gpu_type is not None}
+        _memo.by_id, _memo.usage = {}, Usage()  # typed sums depend on the nodes: recount
+    return _memo.types
+
+
+def usage_of(nodes: tuple[NodeState, ...], allocations: Sequence[TaskAllocation]) -> Usage:
+    """A fresh (caller-owned) copy of the sums for ``allocations``."""
+    types = node_gpu_types(nodes)
+    by_id = dict(zip(map(id, allocations), allocations, strict=True))
+    old = _memo.by_id
+    added = by_id.keys() - old.keys()
+    removed = old.keys() - by_id.keys()
+    if len(added) + len(removed) > len(by_id) // 2 + 8:
+        usage = Usage()
+        for alloc in allocations:
+            usage.count(alloc, types, 1)
+    else:
+        usage = _memo.usage
+        for key in removed:
+            usage.count(old[key], types, -1)
+        for key in added:
+            usage.count(by_id[key], types, 1)
+    _memo.by_id, _memo.allocations, _memo.usage = by_id, allocations, usage
+    return usage.copy()
