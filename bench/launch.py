@@ -4,6 +4,12 @@ Starts a real local cluster (server + agent processes, SQLite, loopback HTTP) in
 SHOAL_HOME, measures, and stops it. Usage:
 
     .venv/bin/python bench/launch.py [--latency-jobs 50] [--drain-jobs 1000] [--slots 20]
+                                     [--drain-clients 4]
+
+The drain is measured twice: first as the peers are (one client submitting one job per request,
+one after the other, like ``sbatch`` per job or ``JobSubmissionClient.submit_job`` per job), then
+with ``--drain-clients`` client threads submitting at once (still one job per request; 0 skips
+it). The first is the honest comparison; the second shows how the server batches under load.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import os
 import platform
 import statistics
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -61,10 +69,22 @@ def measure_latency(client: ShoalClient, count: int) -> list[float]:
     return latencies
 
 
-def measure_drain(client: ShoalClient, count: int) -> tuple[float, float, int]:
-    """Submit ``count`` trivial jobs back to back; time until every one has finished."""
+def measure_drain(
+    client: ShoalClient,
+    count: int,
+    clients: int = 1,
+    make_client: Callable[[], ShoalClient] | None = None,
+    tag: str = "drain",
+) -> tuple[float, float, int]:
+    """Submit ``count`` trivial jobs back to back; time until every one has finished.
+
+    With ``clients`` > 1, that many threads (each with its own client from ``make_client``)
+    submit their share at once, each still one job per request."""
     start = time.time()
-    ids = [client.submit(TRIVIAL.format(name=f"drain-{i}"))[0]["id"] for i in range(count)]
+    if clients <= 1 or make_client is None:
+        ids = [client.submit(TRIVIAL.format(name=f"{tag}-{i}"))[0]["id"] for i in range(count)]
+    else:
+        ids = _submit_concurrently(make_client, count, clients, tag)
     submitted = time.time() - start
     deadline = time.monotonic() + 1800
     while time.monotonic() < deadline:  # a cheap poll: job counts by state
@@ -74,8 +94,35 @@ def measure_drain(client: ShoalClient, count: int) -> tuple[float, float, int]:
         time.sleep(0.05)
     elapsed = time.time() - start
     finished = client.jobs(["SUCCEEDED"], limit=10000)
-    succeeded = sum(1 for j in finished if j["id"] in set(ids))
+    wanted = set(ids)
+    succeeded = sum(1 for j in finished if j["id"] in wanted)
     return elapsed, submitted, succeeded
+
+
+def _submit_concurrently(
+    make_client: Callable[[], ShoalClient], count: int, clients: int, tag: str
+) -> list[str]:
+    ids: list[list[str]] = [[] for _ in range(clients)]
+    errors: list[BaseException] = []
+    own = [make_client() for _ in range(clients)]
+
+    def work(k: int) -> None:
+        try:
+            for i in range(k, count, clients):
+                ids[k].append(own[k].submit(TRIVIAL.format(name=f"{tag}-{i}"))[0]["id"])
+        except BaseException as exc:  # reported after the join
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for extra in own:
+        extra.close()
+    if errors:
+        raise errors[0]
+    return [job_id for part in ids for job_id in part]
 
 
 def main() -> None:
@@ -83,6 +130,9 @@ def main() -> None:
     parser.add_argument("--latency-jobs", type=int, default=50)
     parser.add_argument("--drain-jobs", type=int, default=1000)
     parser.add_argument("--slots", type=int, default=20, help="cores of the one simulated node")
+    parser.add_argument(
+        "--drain-clients", type=int, default=4, help="client threads of the second drain (0: skip)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
@@ -97,14 +147,23 @@ def main() -> None:
             kill_grace_s=2.0,
         )
     )
-    client = ShoalClient(info.url, (home / "admin.token").read_text().strip())
+    token = (home / "admin.token").read_text().strip()
+    client = ShoalClient(info.url, token)
+    concurrent = None
     try:
         latencies = measure_latency(client, args.latency_jobs)
         drain_s, submit_s, succeeded = measure_drain(client, args.drain_jobs)
+        if args.drain_clients > 0:
+            concurrent = measure_drain(
+                client,
+                args.drain_jobs,
+                args.drain_clients,
+                lambda: ShoalClient(info.url, token),
+                tag="drain-concurrent",
+            )
     finally:
         stop_local(home)
-    succeeded_ok = succeeded
-    results = {
+    results: dict[str, object] = {
         "machine": machine(),
         "latency_jobs": len(latencies),
         "submit_to_running_p50_ms": round(statistics.median(latencies) * 1000, 1),
@@ -116,11 +175,20 @@ def main() -> None:
         "submit_seconds": round(submit_s, 2),
         "drain_succeeded": succeeded,
     }
+    if concurrent is not None:
+        results |= {
+            "drain_clients": args.drain_clients,
+            "drain_concurrent_seconds": round(concurrent[0], 2),
+            "drain_concurrent_jobs_per_second": round(args.drain_jobs / concurrent[0], 1),
+            "drain_concurrent_submit_seconds": round(concurrent[1], 2),
+            "drain_concurrent_succeeded": concurrent[2],
+        }
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    if succeeded_ok != args.drain_jobs:
-        raise SystemExit(f"only {succeeded} of {args.drain_jobs} drain jobs succeeded")
+    for key in ("drain_succeeded", "drain_concurrent_succeeded"):
+        if key in results and results[key] != args.drain_jobs:
+            raise SystemExit(f"{key}: only {results[key]} of {args.drain_jobs} jobs succeeded")
 
 
 def report(results: dict[str, object]) -> None:
@@ -138,6 +206,17 @@ def report(results: dict[str, object]) -> None:
     table.add_row("drain throughput", f"{results['drain_jobs_per_second']} jobs/s")
     table.add_row("time spent submitting (sequential POSTs)", f"{results['submit_seconds']} s")
     table.add_row("jobs that succeeded", str(results["drain_succeeded"]))
+    if "drain_clients" in results:
+        clients = results["drain_clients"]
+        table.add_row(
+            f"drain {results['drain_jobs']} jobs, {clients} clients submitting at once",
+            f"{results['drain_concurrent_seconds']} s",
+        )
+        table.add_row(
+            f"drain throughput, {clients} clients",
+            f"{results['drain_concurrent_jobs_per_second']} jobs/s",
+        )
+        table.add_row("jobs that succeeded", str(results["drain_concurrent_succeeded"]))
     console.print(table)
     console.print(
         "For context (published/measured elsewhere, not in this run): Slurm 22.05 here "

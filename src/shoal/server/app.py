@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -42,6 +43,10 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Everything loaded so far (modules, the app, mappers) lives as long as the server: keep
+        # it out of the collector's full passes, which otherwise walk it again and again.
+        gc.collect()
+        gc.freeze()
         if run_scheduler:
             loop.start()
         yield

@@ -45,30 +45,35 @@ def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     return response
 
 
-_ACTIVE_ON_NODES = select(Task).where(
-    Task.node.in_(bindparam("nodes", expanding=True)), Task.state.in_(ACTIVE_TASK)
-)
+_ACTIVE_ON_NODES = select(
+    Task.id, Task.attempt, Task.state, Task.kill_requested, Task.job_id
+).where(Task.node.in_(bindparam("nodes", expanding=True)), Task.state.in_(ACTIVE_TASK))
 
 
 def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
+    """Plain rows for the unfinished tasks of the agent's nodes; objects only for the launches."""
     known = set(request.known)
     launch: list[LaunchOrder] = []
-    kill: list[str] = []
     with ctx.db.read() as session:
-        tasks = session.scalars(_ACTIVE_ON_NODES, {"nodes": request.nodes}).all()
-        kill = [t.attempt_id for t in tasks if t.kill_requested]
+        rows = session.connection().execute(_ACTIVE_ON_NODES, {"nodes": request.nodes}).all()
+        kill = [f"{r.id}.{r.attempt}" for r in rows if r.kill_requested]
         new = [
-            t
-            for t in tasks
-            if not t.kill_requested and t.state == State.WAITING.value and t.attempt_id not in known
+            r
+            for r in rows
+            if not r.kill_requested
+            and r.state == State.WAITING.value
+            and f"{r.id}.{r.attempt}" not in known
         ]
         if new:  # the jobs and every task of their attempts, in two queries
-            job_ids = sorted({t.job_id for t in new})
+            job_ids = sorted({r.job_id for r in new})
             jobs = {j.id: j for j in session.scalars(select(Job).where(Job.id.in_(job_ids)))}
+            tasks: dict[int, Task] = {}
             gangs: dict[tuple[str, int], list[Task]] = {}
             for peer in session.scalars(select(Task).where(Task.job_id.in_(job_ids))):
+                tasks[peer.id] = peer
                 gangs.setdefault((peer.job_id, peer.job_attempt), []).append(peer)
-            for task in new:
+            for row in new:
+                task = tasks[row.id]
                 peers = sorted(gangs[(task.job_id, task.job_attempt)], key=lambda t: t.id)
                 launch.append(_launch_order(ctx, jobs[task.job_id], task, peers))
     return OrdersResponse(launch=launch, kill=kill)

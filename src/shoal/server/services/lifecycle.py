@@ -103,7 +103,7 @@ def on_exit(
         task.state = advance_task(current, event).value
         if State(task.state) is State.STOPPING:
             task.state = advance_task(State.STOPPING, TaskEvent.STOPPED).value
-    settle_job(session, job, now)
+    settle_job(session, job, now, task)
 
 
 def _retry_in_place(session: Session, task: Task, limit: int, now: float) -> None:
@@ -137,11 +137,20 @@ def _diagnostics(result: ProcessExit, exit_class: ExitClass) -> str:
     return ""
 
 
-def settle_job(session: Session, job: Job, now: float) -> None:
-    """Decide the job's fate from its current attempt's tasks, and finish what can finish."""
-    tasks = list(
+def _attempt_tasks(session: Session, job: Job, task: Task | None) -> list[Task]:
+    """The tasks of the job's current attempt (no query when ``task`` is the only one)."""
+    alone = task is not None and sum(role.instances for role in spec_of(job).roles) == 1
+    if alone and task is not None and task.job_attempt == job.attempt:
+        return [task]
+    return list(
         session.scalars(select(Task).where(Task.job_id == job.id, Task.job_attempt == job.attempt))
     )
+
+
+def settle_job(session: Session, job: Job, now: float, task: Task | None = None) -> None:
+    """Decide the job's fate from its current attempt's tasks, and finish what can finish
+    (``task``: the task that just changed, if any)."""
+    tasks = _attempt_tasks(session, job, task)
     if job.state == State.RUNNING.value and job.completing is None and not job.stop_requested:
         _apply_verdict(session, job, tasks, now)
     if tasks and all(State(t.state).is_terminal for t in tasks):
