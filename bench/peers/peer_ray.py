@@ -42,10 +42,12 @@ def version() -> str:
     return "Ray " + run(probe, timeout=120).stdout.strip()
 
 
-def ray_env() -> dict[str, str]:
+def ray_env(start_timeout_s: float | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "VIRTUAL_ENV"))}
     env["PATH"] = f"{VENV / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    if start_timeout_s is not None:  # Ray fails a job still queued after 900 s by default
+        env["RAY_JOB_START_TIMEOUT_SECONDS"] = str(int(start_timeout_s))
     return env
 
 
@@ -100,8 +102,9 @@ def measure(args, scratch: Path) -> dict:
     try:
         shutil.rmtree(TEMP_DIR, ignore_errors=True)
         netns.create()
+        head_env = ray_env(start_timeout_s=args.drain_timeout + 600)
         head = spawn(
-            [*netns.prefix(), *head_command(args.slots)], scratch / "ray-head.log", ray_env()
+            [*netns.prefix(), *head_command(args.slots)], scratch / "ray-head.log", head_env
         )
         log(f"ray: head starting ({version()}), --num-cpus {args.slots}")
         client = subprocess.run(
@@ -126,4 +129,8 @@ def measure(args, scratch: Path) -> dict:
         shutil.rmtree(TEMP_DIR, ignore_errors=True)
     result["version"] = version()
     result["running_means"] = "the entrypoint's first command (`date +%s.%N`) wrote its timestamp"
+    result["tuning"] = (
+        "RAY_JOB_START_TIMEOUT_SECONDS raised from 900 to the drain timeout + 600 s: with the "
+        "default, jobs still queued after 15 min fail instead of running"
+    )
     return result

@@ -25,6 +25,9 @@ def parse_only(value: str) -> list[str]:
     return [s for s in RUN_ORDER if s in wanted]
 
 
+EXTRA = ("tuning", "drain_statuses", "drain_stuck", "first_failure")  # passed through if set
+
+
 def percentile(values: list[float], q: float) -> float:
     """The value at rank round(q·(n−1)) of the sorted values (as bench/launch.py computes it)."""
     if not values:
@@ -53,6 +56,7 @@ def summarize(raw: dict, drain_jobs: int) -> dict:
         "loadavg_before": raw.get("loadavg_before"),
         "cpu_busy_before": raw.get("cpu_busy_before"),
         "latencies_ms": [round(x * 1000, 2) for x in lat],
+        **{k: raw[k] for k in EXTRA if raw.get(k) is not None},
     }
 
 
@@ -182,7 +186,50 @@ def markdown(data: dict) -> str:
         if name in systems and systems[name].get("running_means"):
             lines.append(f"- {LABELS[name]}: {systems[name]['running_means']}.")
     lines += ["", *NOTES, probe_note(data.get("stamp_probe_ms")), load_note(systems)]
+    lines += ["", submit_note(systems, p["drain_jobs"]), *WHY, *outcome_notes(systems)]
     return "\n".join(lines)
+
+
+WHY = [
+    "",
+    "- Slurm's latency is its scheduling pass, about once a second with "
+    "`sched_min_interval=0` (ENVIRONMENT.md); its drain is that pass times the free slots.",
+    "- Ray Jobs starts a JobSupervisor actor, a new Ray worker process, for every job before "
+    "the entrypoint runs, and every submission goes through the dashboard's HTTP API; on two "
+    "shared cores that CPU cost dominates both its latency and its drain.",
+]
+
+
+def submit_note(systems: dict[str, dict], drain_jobs: int) -> str:
+    """The drain clock includes submitting; say how much of it that was."""
+    parts = [
+        f"{LABELS[n]} {systems[n]['submit_seconds']:,.1f} s"
+        for n in SYSTEMS
+        if n in systems and "submit_seconds" in systems[n]
+    ]
+    return (
+        f"**Where the drain time goes.** Of each drain, the {drain_jobs:,} sequential submit "
+        "calls alone took: " + ("; ".join(parts) or "not recorded") + "."
+    )
+
+
+def outcome_notes(systems: dict[str, dict]) -> list[str]:
+    """Tuning beyond the defaults, and drains in which not every job succeeded."""
+    notes = []
+    for name in SYSTEMS:
+        s = systems.get(name, {})
+        if s.get("tuning"):
+            notes.append(f"- {LABELS[name]} tuning: {s['tuning']}.")
+        if "error" not in s and s and s["drain_succeeded"] < s["drain_jobs"]:
+            states = ", ".join(f"{k} {v}" for k, v in s.get("drain_statuses", {}).items() if v)
+            line = f"- {LABELS[name]} drain: {s['drain_succeeded']} of {s['drain_jobs']} succeeded"
+            line += f" ({states})" if states else ""
+            if s.get("drain_stuck"):
+                line += f"; {len(s['drain_stuck'])} hung in RUNNING and were skipped"
+            if s.get("first_failure"):
+                line += f"; first failure: “{s['first_failure'][:200]}”"
+            notes.append(line + ".")
+    return notes
 
 
 def load_note(systems: dict[str, dict]) -> str:

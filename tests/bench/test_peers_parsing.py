@@ -121,8 +121,13 @@ def test_rows_and_markdown_show_every_system_and_failures() -> None:
     assert "drain 10 jobs, 20 slots" in text
     assert "- shoal local mode: m." in text
     assert report.rich_table(_data(systems)).row_count == 3
-    systems["slurm"] = report.summarize(_raw([1.0], 20.0, ok=9), 10)
+    raw = _raw([1.0], 20.0, ok=9) | {"drain_statuses": {"SUCCEEDED": 9, "FAILED": 1}}
+    systems["slurm"] = report.summarize(raw | {"first_failure": "timed out", "tuning": "t"}, 10)
     assert report.rows(systems)[1][8] == "≥ 2.0× faster"  # unfinished: a lower bound
+    notes = report.outcome_notes(systems)
+    assert notes[0] == "- Slurm tuning: t."
+    assert notes[1].startswith("- Slurm drain: 9 of 10 succeeded (SUCCEEDED 9, FAILED 1)")
+    assert "timed out" in notes[1]
 
 
 DOC = "# Benchmarks\n\n## Local launch\n\ntext\n\n## Where the time goes\n\nmore\n"
