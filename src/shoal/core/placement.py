@@ -5,6 +5,10 @@ job or, on the first task that does not fit, undoes its own changes), and thrown
 cycle. Placement is best fit on GPUs: a task goes to the node with the fewest free GPUs that still
 fit it, so whole 8-GPU nodes stay whole for 8-GPU tasks; CPU-only tasks go to nodes with no free
 GPUs first. Ties break by node name, which makes every decision deterministic.
+
+A pool starts from a free-resource state shared with the other pools over the same nodes
+(core/poolstate.py), so building one costs O(nodes), not O(allocations); and a trial placement
+(``commit=False``) on a pool that still equals its state is remembered there per job shape.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from shoal.core.plan import PendingReason, TaskPlacement
+from shoal.core.poolstate import PoolState, count_ports, layout_for
 from shoal.core.snapshot import JobRequest, NodeState, RoleRequest, TaskAllocation
 
 
@@ -49,25 +54,23 @@ class NodePool:
         prefer: dict[str, int] | None = None,
     ) -> None:
         # ``prefer``: a rank per node name that wins ties before the name does (lower first)
-        rank = prefer or {}
-        self.nodes = sorted(nodes, key=lambda n: (rank.get(n.name, 0), n.name))
-        index = {node.name: i for i, node in enumerate(self.nodes)}
-        self.free_cpu = [n.capacity.cpu_millis for n in self.nodes]
-        self.free_memory = [n.capacity.memory_mib for n in self.nodes]
-        self.free_gpus = [sorted(n.gpu_indices) for n in self.nodes]
-        self.used_ports = [set(n.reserved_ports) for n in self.nodes]
-        self.cursor = [n.port_range[0] for n in self.nodes]
-        for alloc in allocations:
-            self._hold(index, alloc)
-        self.is_active = [n.schedulable or include_unschedulable for n in self.nodes]
-        self.active = [i for i, on in enumerate(self.is_active) if on]
-        self.max_gpus = max((len(n.gpu_indices) for n in self.nodes), default=0)
-        self.buckets: list[list[int]] = [[] for _ in range(self.max_gpus + 1)]
-        for i in self.active:
-            self.buckets[len(self.free_gpus[i])].append(i)
+        layout = layout_for(nodes, include_unschedulable, prefer)
+        state = layout.state_for(allocations)
+        self.nodes = layout.nodes
+        self._index = layout.index
+        self.free_cpu = state.free_cpu.copy()
+        self.free_memory = state.free_memory.copy()
+        self.free_gpus = state.free_gpus.copy()  # a node's list is replaced, never changed
+        self.used_ports = state.used_ports.copy()  # a node's set is copied before it changes
+        self._own_ports = [False] * len(self.nodes)
+        self.cursor = layout.port_low.copy()
+        self.is_active = layout.is_active
+        self.active = layout.active
+        self.max_gpus = layout.max_gpus
+        self.buckets = [bucket.copy() for bucket in state.buckets]
         self._journal: list[_Undo] = []
         self.reserved_by: list[str | None] = [None] * len(self.nodes)
-        self._ports_in_range = [self._count_ports(i) for i in range(len(self.nodes))]
+        self._ports_in_range = state.ports_in_range.copy()
         # Scan cursors: per free-GPU bucket and request, the lowest node index that may still
         # fit. Free resources only shrink during a cycle, except when a node (re)enters a bucket
         # or an undo gives resources back; those nodes are logged in ``_entered`` and lower the
@@ -76,20 +79,19 @@ class NodePool:
         self._entered: list[list[int]] = [[] for _ in self.buckets]
         self.generation = 0  # changes whenever free resources shrink for good
         self.reason_cache: dict[tuple[object, ...], PendingReason | None] = {}
+        # The shared state this pool still equals (None once it commits or reserves): trial
+        # placements on it are remembered there, for every pool built on the same state.
+        self._pristine: PoolState | None = state
 
-    def _hold(self, index: dict[str, int], alloc: TaskAllocation) -> None:
-        i = index.get(alloc.node)
-        if i is None:
-            return  # a task on a node that has left holds nothing the scheduler can give away
-        self.free_cpu[i] -= alloc.resources.cpu_millis
-        self.free_memory[i] -= alloc.resources.memory_mib
-        taken = set(alloc.gpu_indices)
-        self.free_gpus[i] = [g for g in self.free_gpus[i] if g not in taken]
-        self.used_ports[i].update(alloc.ports)
+    def _ports(self, i: int) -> set[int]:
+        """Node ``i``'s used ports, copied from the shared state before this pool changes them."""
+        if not self._own_ports[i]:
+            self.used_ports[i] = set(self.used_ports[i])
+            self._own_ports[i] = True
+        return self.used_ports[i]
 
     def _count_ports(self, i: int) -> int:
-        low, high = self.nodes[i].port_range
-        return sum(1 for p in self.used_ports[i] if low <= p < high)
+        return count_ports(self.nodes[i], self.used_ports[i])
 
     def free_ports(self, i: int) -> int:
         low, high = self.nodes[i].port_range
@@ -141,6 +143,19 @@ class NodePool:
         Roles go largest first. Greedy packing of a multi-role gang can miss a placement that
         exists, so if it fails, a few other role orders are tried before giving up.
         """
+        state = self._pristine
+        if commit or state is None:
+            result = self._place(job, commit)
+            if commit and not isinstance(result, PlacementFailure):
+                self._pristine = None
+            return result
+        shape = job.shape()  # equal shapes are placed alike: the result names no job
+        known = state.results.get(shape)
+        if not isinstance(known, (list, PlacementFailure)):
+            known = state.results[shape] = self._place(job, commit=False)
+        return known if isinstance(known, PlacementFailure) else list(known)
+
+    def _place(self, job: JobRequest, commit: bool) -> list[TaskPlacement] | PlacementFailure:
         first_failure: PlacementFailure | None = None
         for order in role_orders(job.roles):
             result = self._place_in_order(job, order, commit)
@@ -174,9 +189,9 @@ class NodePool:
     def reserve(self, placements: list[TaskPlacement], job_id: str) -> None:
         """Hold, for ``job_id``, whatever of ``placements`` is free now (cpu, memory, those GPU
         indices and ports); the rest is expected to be freed later (exits, preemptions)."""
-        index = {node.name: i for i, node in enumerate(self.nodes)}
+        self._pristine = None
         for placement in placements:
-            i = index[placement.node]
+            i = self._index[placement.node]
             need = placement.resources
             self.free_cpu[i] -= min(max(self.free_cpu[i], 0), need.cpu_millis)
             self.free_memory[i] -= min(max(self.free_memory[i], 0), need.memory_mib)
@@ -185,7 +200,7 @@ class NodePool:
                 before = len(self.free_gpus[i])
                 self.free_gpus[i] = [g for g in self.free_gpus[i] if g not in wanted]
                 self._rebucket(i, before)
-            self.used_ports[i].update(placement.all_ports())
+            self._ports(i).update(placement.all_ports())
             self._ports_in_range[i] = self._count_ports(i)
             self.reserved_by[i] = self.reserved_by[i] or job_id
         self.generation += 1
@@ -231,7 +246,7 @@ class NodePool:
 
     def _take_ports(self, i: int, count: int) -> list[int]:
         low, high = self.nodes[i].port_range
-        used = self.used_ports[i]
+        used = self._ports(i)
         port = self.cursor[i]
         got: list[int] = []
         for _ in range(high - low):
@@ -255,8 +270,9 @@ class NodePool:
                 before = len(self.free_gpus[i])
                 self.free_gpus[i] = sorted(self.free_gpus[i] + undo.gpus)
                 self._rebucket(i, before)
-            self.used_ports[i].difference_update(undo.ports)
-            self._ports_in_range[i] -= len(undo.ports)
+            if undo.ports:
+                self._ports(i).difference_update(undo.ports)
+                self._ports_in_range[i] -= len(undo.ports)
             self.cursor[i] = undo.cursor
             self._mark_entered(i)  # it has more room again
 
