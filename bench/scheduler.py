@@ -1,416 +1,146 @@
-"""Benchmark of ``shoal.core.scheduler.schedule`` on large synthetic GPU clusters.
+"""Benchmark of ``shoal.core.scheduler.schedule`` on large synthetic GPU clusters (issue #5).
 
-Run with ``make bench`` or ``.venv/bin/python bench/scheduler.py [--nodes 1000,5000] [--jobs 10000]
-[--cycles 30] [--seed 1] [--json FILE]``. Everything is generated in memory from a seeded
-``random.Random``; node addresses are documentation-only (198.18.0.0/15) and nothing connects.
+Run ``.venv/bin/python bench/scheduler.py`` (about 10 minutes on 2 cores) or with ``--quick``
+(about a minute). Everything is generated in memory from a seeded ``random.Random``; node
+addresses are documentation-only (198.18.0.0/15) and nothing connects.
 
-For each cluster size it measures:
+For each cluster size (1,000 / 5,000 / 10,000 nodes of 8 GPUs), with 50,000 queued gang jobs of
+mixed shapes across 20 virtual clusters, in a fresh process per size:
 
-1. a cold cycle: an empty cluster and the whole queue (every job queued at once);
-2. steady-state cycles: after each cycle the admissions become running allocations, a random ~5%
-   of running jobs finish and new jobs top the queue back up; every ``schedule()`` call is timed;
-3. memory: tracemalloc peak while building the snapshot and running one cold cycle, and the
-   process's peak RSS.
+1. a cold cycle: an empty cluster and the whole queue; gang jobs admitted per second;
+2. steady-state cycles: after each cycle the admissions start, preemption victims stop and
+   requeue, ~5% of running jobs finish and new jobs top the queue back up; p50/p99 latency;
+3. memory: the size of the snapshot's objects and the process's peak RSS.
 
-Only ``schedule()`` itself is inside the timers; building snapshots and checking plans are not.
+Then the cost of one cycle as the queue grows at a fixed node count, with fitted slopes, and a
+cProfile of one cold and one steady cycle at 5,000 nodes. Results go to the console (rich
+tables), to ``bench/results/scheduler.json`` and between the scheduler markers of
+``docs/benchmarks.md``. See docs/benchmarks.md for what is measured and how to read it.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import math
 import os
-import platform
 import random
-import resource
-import subprocess
+import shlex
 import sys
 import time
-import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from shoal.core.plan import Plan
-from shoal.core.resources import ResourceVector
-from shoal.core.scheduler import schedule
-from shoal.core.snapshot import (
-    ClusterSnapshot,
-    JobRequest,
-    NodeState,
-    TaskAllocation,
-    allocation_for,
+from sched_live import (
+    LiveCluster,
+    deep_size,
+    fresh,
+    peak_rss_mib,
+    profile_cycle,
+    run_cold,
+    run_scaling,
+    run_steady,
 )
-from workload import JobFactory, make_nodes
-
-FINISH_FRACTION = 0.05
-# Published numbers, NOT measured by this script (context only).
-REFERENCES = (
-    (
-        "kube-scheduler CI floor, SchedulingBasic 5000Nodes_10000Pods",
-        "680 pods/s",
-        "kubernetes/kubernetes test/integration/scheduler_perf/misc/performance-config.yaml",
-    ),
-    (
-        "kube-scheduler CI floor, extended (GPU-like) resources, 5000 nodes",
-        "180 pods/s",
-        "same file, SchedulingWithExtendedResource/5000pods_5000nodes",
-    ),
-    (
-        "Kueue end-to-end admission",
-        "~43 workloads/s",
-        "figure quoted in the shoal benchmark brief",
-    ),
+from sched_report import (
+    ROOT,
+    machine_info,
+    machine_section,
+    markdown,
+    print_sections,
+    profile_sections,
+    reference_section,
+    replace_region,
+    results_section,
+    scaling_section,
+    targets_section,
 )
 
+FULL = {
+    "nodes": "1000,5000,10000",
+    "jobs": 50_000,
+    "cycles": "1000:10,5000:4,10000:2",
+    "repeat": 3,
+    "scaling_nodes": 1000,
+    "scaling_jobs": "1000,5000,10000,25000,50000",
+    "scaling_cycles": 3,
+    "profile_nodes": 5000,
+    "json": ROOT / "bench" / "results" / "scheduler.json",
+}
+QUICK = {
+    "nodes": "200,1000",
+    "jobs": 5_000,
+    "cycles": "3",
+    "repeat": 1,
+    "scaling_nodes": 200,
+    "scaling_jobs": "500,1000,2000,5000",
+    "scaling_cycles": 2,
+    "profile_nodes": 1000,
+    "json": ROOT / "bench" / "results" / "scheduler-quick.json",
+}
+DOCS = ROOT / "docs" / "benchmarks.md"
+console = Console()
 
-# --------------------------------------------------------------------------------------------
-# Plan checks and the simulated cluster state
-# --------------------------------------------------------------------------------------------
 
-
-def check_plan(plan: Plan, queue: dict[str, JobRequest]) -> int:
-    """Light sanity checks; returns the number of tasks placed. Raises on nonsense."""
-    seen: set[str] = set()
-    tasks = 0
-    for admission in plan.admissions:
-        job = queue.get(admission.job_id)
-        if job is None or admission.job_id in seen:
-            raise AssertionError(f"admitted unknown or duplicate job {admission.job_id}")
-        if len(admission.placements) != job.task_count:
-            raise AssertionError(
-                f"{admission.job_id}: {len(admission.placements)} placements, "
-                f"{job.task_count} tasks"
-            )
-        seen.add(admission.job_id)
-        tasks += job.task_count
-    accounted = len(plan.admissions) + len(plan.pending) + len(plan.infeasible)
-    if accounted != len(queue):
-        raise AssertionError(f"plan accounts for {accounted} of {len(queue)} queued jobs")
-    return tasks
-
-
-@dataclass
-class LiveCluster:
-    """What a server would hold between cycles: the queue and the running allocations."""
-
-    nodes: tuple[NodeState, ...]
-    factory: JobFactory
-    queue_target: int
-    queue: dict[str, JobRequest] = field(default_factory=dict)
-    running: dict[str, list[TaskAllocation]] = field(default_factory=dict)
-    running_jobs: dict[str, JobRequest] = field(default_factory=dict)
-    preempted: int = 0
-
-    def snapshot(self) -> ClusterSnapshot:
-        allocations = tuple(a for allocs in self.running.values() for a in allocs)
-        return ClusterSnapshot(self.nodes, tuple(self.queue.values()), allocations)
-
-    def apply(self, plan: Plan) -> None:
-        """Admissions start running; infeasible jobs are rejected (leave the queue); preemption
-        victims stop at once and go back to the queue with their submission time."""
-        for admission in plan.admissions:
-            job = self.queue.pop(admission.job_id)
-            self.running_jobs[job.job_id] = job
-            self.running[job.job_id] = [allocation_for(job, p) for p in admission.placements]
-        for never in plan.infeasible:
-            del self.queue[never.job_id]
-        for preemption in plan.preemptions:
-            del self.running[preemption.victim_job_id]
-            victim = self.running_jobs.pop(preemption.victim_job_id)
-            self.queue[victim.job_id] = victim
-            self.preempted += 1
-
-    def finish_some(self, rng: random.Random, fraction: float) -> int:
-        """A random ``fraction`` of running jobs finish and release their allocations."""
-        count = round(len(self.running) * fraction)
-        for job_id in rng.sample(list(self.running), count):
-            del self.running[job_id]
-            del self.running_jobs[job_id]
-        return count
-
-    def top_up(self) -> int:
-        missing = self.queue_target - len(self.queue)
-        for job in self.factory.jobs(missing):
-            self.queue[job.job_id] = job
-        return missing
-
-    def check_capacity(self) -> None:
-        """No node is oversubscribed and no GPU is handed out twice."""
-        used: dict[str, ResourceVector] = {}
-        gpus: set[tuple[str, int]] = set()
-        for allocs in self.running.values():
-            for alloc in allocs:
-                used[alloc.node] = used.get(alloc.node, ResourceVector()) + alloc.resources
-                for gpu in alloc.gpu_indices:
-                    if (alloc.node, gpu) in gpus:
-                        raise AssertionError(f"GPU {gpu} of {alloc.node} allocated twice")
-                    gpus.add((alloc.node, gpu))
-        capacity = {n.name: n.capacity for n in self.nodes}
-        for node, total in used.items():
-            if not total.fits_in(capacity[node]):
-                raise AssertionError(f"{node} oversubscribed: {total} > {capacity[node]}")
-
-    def gpus_in_use(self) -> int:
-        return sum(a.resources.gpu for allocs in self.running.values() for a in allocs)
+def log(message: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {message}", highlight=False)
 
 
 # --------------------------------------------------------------------------------------------
-# Measurements
+# One cluster size (run in its own process, so that its peak RSS is its own)
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Timing:
-    wall: float  # what the brief asks for: elapsed seconds of one schedule() call
-    cpu: float  # this process's CPU seconds; wall >> cpu means the machine was contended
-
-
-def timed_schedule(snapshot: ClusterSnapshot, now: float) -> tuple[Plan, Timing]:
-    gc.collect()
-    wall, cpu = time.perf_counter(), time.process_time()
-    plan = schedule(snapshot, now)
-    return plan, Timing(time.perf_counter() - wall, time.process_time() - cpu)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile (with 30 samples, p99 is the maximum)."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(fraction * len(ordered)))
-    return ordered[rank - 1]
-
-
-def run_cold(cluster: LiveCluster, repeats: int) -> dict[str, Any]:
-    """A cycle on an empty cluster with the whole queue, ``repeats`` times on the same snapshot
-    (schedule() is pure, so every run must return the same plan); the admissions then start."""
-    snapshot = cluster.snapshot()
-    plan, timing = timed_schedule(snapshot, now=0.0)
-    runs = [timing]
-    for _ in range(repeats - 1):
-        again, timing = timed_schedule(snapshot, now=0.0)
-        if again != plan:
-            raise AssertionError("schedule() returned a different plan for the same snapshot")
-        runs.append(timing)
-    tasks = check_plan(plan, cluster.queue)
-    cluster.apply(plan)
-    cluster.check_capacity()
-    median = percentile([t.wall for t in runs], 0.5)
-    return {
-        "seconds": median,
-        "cpu_seconds": percentile([t.cpu for t in runs], 0.5),
-        "runs_seconds": [t.wall for t in runs],
-        "queued": len(snapshot.queue),
-        "admitted": len(plan.admissions),
-        "tasks_placed": tasks,
-        "pending": len(plan.pending),
-        "infeasible": len(plan.infeasible),
-        "admitted_per_second": len(plan.admissions) / median,
-        "distinct_shapes": len({job.shape() for job in snapshot.queue}),
-        "gpus_in_use": cluster.gpus_in_use(),
-    }
-
-
-def run_steady(cluster: LiveCluster, cycles: int, rng: random.Random) -> dict[str, Any]:
-    """``cycles`` live-loop cycles: finish ~5%, top up the queue, schedule, start admissions."""
-    latencies: list[float] = []
-    cpu: list[float] = []
-    admitted = tasks = finished = 0
-    allocations: list[int] = []
-    for cycle in range(1, cycles + 1):
-        finished += cluster.finish_some(rng, FINISH_FRACTION)
-        cluster.top_up()
-        snapshot = cluster.snapshot()
-        allocations.append(len(snapshot.allocations))
-        plan, timing = timed_schedule(snapshot, now=float(cycle))
-        tasks += check_plan(plan, cluster.queue)
-        cluster.apply(plan)
-        latencies.append(timing.wall)
-        cpu.append(timing.cpu)
-        admitted += len(plan.admissions)
-    cluster.check_capacity()
-    total = sum(latencies)
-    return {
-        "cycles": cycles,
-        "p50_seconds": percentile(latencies, 0.50),
-        "p50_cpu_seconds": percentile(cpu, 0.50),
-        "p99_seconds": percentile(latencies, 0.99),
-        "max_seconds": max(latencies),
-        "mean_seconds": total / cycles,
-        "admitted": admitted,
-        "tasks_placed": tasks,
-        "finished": finished,
-        "preempted": cluster.preempted,
-        "admitted_per_second": admitted / total if total else 0.0,
-        "mean_running_allocations": sum(allocations) / cycles,
-        "gpus_in_use_at_end": cluster.gpus_in_use(),
-        "latencies_seconds": latencies,
-        "cpu_seconds": cpu,
-    }
-
-
-def measure_memory(size: int, jobs: int, seed: int) -> dict[str, float]:
-    """tracemalloc peak for building nodes + queue + snapshot and running one cold cycle."""
-    gc.collect()
-    tracemalloc.start()
-    nodes = make_nodes(size)
-    queue = tuple(JobFactory(random.Random(seed)).jobs(jobs))
-    snapshot = ClusterSnapshot(nodes, queue)
-    snapshot_bytes, _ = tracemalloc.get_traced_memory()
-    plan = schedule(snapshot, now=0.0)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    del plan, snapshot
-    return {"snapshot_mib": snapshot_bytes / 2**20, "peak_mib": peak / 2**20}
-
-
-def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far (ru_maxrss is KiB on Linux)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 1024 if sys.platform != "darwin" else rss / 2**20
-
-
-def bench_size(size: int, args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    console.print(f"[bold]{size} nodes[/]: generating {args.jobs} jobs (seed {args.seed})")
-    rng = random.Random(args.seed)
-    factory = JobFactory(rng)
-    cluster = LiveCluster(make_nodes(size), factory, args.jobs)
-    cluster.top_up()
-    cold = run_cold(cluster, args.repeat)
+def bench_size(size: int, args: dict[str, Any]) -> dict[str, Any]:
+    base_rss = peak_rss_mib()
+    jobs, vcs, seed = args["jobs"], args["vcs"], args["seed"]
+    log(f"[bold]{size:,} nodes[/]: {jobs:,} queued jobs, {vcs} virtual clusters (seed {seed})")
+    cluster = LiveCluster.create(size, jobs, vcs, seed)
+    cold_size = deep_size(cluster.snapshot())
+    profile: dict[str, Any] = {}
+    if size == args["profile_nodes"]:
+        profile["cold"] = profile_cycle(cluster.snapshot(), now=0.0)
+    cold = run_cold(cluster, args["repeat"])
     runs = ", ".join(f"{t:.2f}" for t in cold["runs_seconds"])
-    console.print(f"  cold cycle runs {runs} s; {cold['admitted']} admitted")
-    steady = run_steady(cluster, args.cycles, random.Random(args.seed + 1))
-    console.print(
-        f"  {args.cycles} steady cycles, p50 {steady['p50_seconds'] * 1000:.0f} ms, "
-        f"max {steady['max_seconds'] * 1000:.0f} ms"
+    log(f"  cold cycle runs {runs} s: {cold['admitted']:,} admitted")
+    cycles = args["cycles"](size)
+    steady = run_steady(cluster, cycles, random.Random(seed + 1))
+    log(
+        f"  {cycles} steady cycles: p50 {steady['p50_seconds']:.2f} s, "
+        f"max {steady['max_seconds']:.2f} s, {steady['preempted']:,} preempted"
     )
-    del cluster
-    memory = measure_memory(size, args.jobs, args.seed) if args.memory else {}
-    memory["peak_rss_mib_so_far"] = peak_rss_mib()
-    return {"nodes": size, "jobs": args.jobs, "cold": cold, "steady": steady, "memory": memory}
-
-
-# --------------------------------------------------------------------------------------------
-# Reporting
-# --------------------------------------------------------------------------------------------
-
-
-def _git(*args: str) -> str:
-    """Output of a read-only git command in the repository ("" if git is unavailable)."""
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=root, env=env, capture_output=True, text=True, check=False
+    assert cluster.last is not None
+    steady_size = deep_size(cluster.last)
+    if profile:  # the last steady cycle again (an equal snapshot), under the profiler
+        profile["steady"] = profile_cycle(fresh(cluster.last), now=float(cycles))
+        profile["nodes"] = size
+        log(
+            f"  profiled: cold {profile['cold']['total_seconds']:.1f} s, steady "
+            f"{profile['steady']['total_seconds']:.1f} s (cProfile slows a cycle 2-3×)"
         )
-    except OSError:
-        return ""
-    return done.stdout.strip()
-
-
-def core_version() -> str:
-    """The commit benchmarked, marked if src/shoal/core differs from it."""
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = _git("diff", "--name-only", "HEAD", "--", "src/shoal/core")
-    return f"{commit} (src/shoal/core modified)" if dirty else commit
-
-
-def machine_info() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "shoal_core": core_version(),
-        "cpu_model": model,
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
+    memory = {
+        "snapshot_cold_mib": cold_size / 2**20,
+        "snapshot_steady_mib": steady_size / 2**20,
+        "peak_rss_mib": peak_rss_mib(),
+        "base_rss_mib": base_rss,
     }
+    result = {"nodes": size, "jobs": jobs, "vcs": vcs, "cold": cold, "steady": steady}
+    return result | {"memory": memory, "profile": profile}
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f} ms"
+def scaling(args: dict[str, Any]) -> dict[str, Any]:
+    nodes, sizes = args["scaling_nodes"], args["scaling_jobs"]
+    log(f"[bold]queue sweep[/] at {nodes:,} nodes: {', '.join(f'{n:,}' for n in sizes)} jobs")
+    return run_scaling(nodes, sizes, args["vcs"], args["seed"], args["scaling_cycles"], log)
 
 
-def _range(runs: list[float]) -> str:
-    return f"{min(runs):.2f} / {max(runs):.2f} s"
-
-
-def _mib(memory: dict[str, float], key: str) -> str:
-    return f"{memory[key]:,.1f} MiB" if key in memory else "skipped"
-
-
-# (label, section of a per-size result, how to render it)
-TABLE_ROWS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
-    ("cold: cycle wall time (median)", "cold", lambda c: f"{c['seconds']:.2f} s"),
-    ("cold: fastest / slowest run", "cold", lambda c: _range(c["runs_seconds"])),
-    ("cold: CPU time (median)", "cold", lambda c: f"{c['cpu_seconds']:.2f} s"),
-    ("cold: jobs admitted", "cold", lambda c: f"{c['admitted']:,}"),
-    ("cold: tasks placed", "cold", lambda c: f"{c['tasks_placed']:,}"),
-    ("cold: gang jobs admitted/s", "cold", lambda c: f"{c['admitted_per_second']:,.0f}"),
-    ("cold: pending / infeasible", "cold", lambda c: f"{c['pending']:,} / {c['infeasible']:,}"),
-    ("cold: GPUs in use after", "cold", lambda c: f"{c['gpus_in_use']:,}"),
-    ("steady: cycles", "steady", lambda s: str(s["cycles"])),
-    ("steady: mean running tasks", "steady", lambda s: f"{s['mean_running_allocations']:,.0f}"),
-    ("steady: p50 cycle", "steady", lambda s: _ms(s["p50_seconds"])),
-    ("steady: p50 cycle, CPU time", "steady", lambda s: _ms(s["p50_cpu_seconds"])),
-    ("steady: p99 cycle", "steady", lambda s: _ms(s["p99_seconds"])),
-    ("steady: max cycle", "steady", lambda s: _ms(s["max_seconds"])),
-    ("steady: jobs admitted (all cycles)", "steady", lambda s: f"{s['admitted']:,}"),
-    ("steady: jobs preempted (all cycles)", "steady", lambda s: f"{s['preempted']:,}"),
-    ("steady: admitted/s in schedule()", "steady", lambda s: f"{s['admitted_per_second']:,.0f}"),
-    ("tracemalloc: snapshot", "memory", lambda m: _mib(m, "snapshot_mib")),
-    ("tracemalloc: snapshot + 1 cold cycle, peak", "memory", lambda m: _mib(m, "peak_mib")),
-    ("process peak RSS so far", "memory", lambda m: _mib(m, "peak_rss_mib_so_far")),
-)
-
-
-def results_table(results: list[dict[str, Any]]) -> Table:
-    table = Table(title="shoal schedule() benchmark (measured in this run)")
-    table.add_column("metric")
-    for result in results:
-        table.add_column(f"{result['nodes']:,} nodes", justify="right")
-    table.add_row("queued gang jobs", *(f"{r['jobs']:,}" for r in results))
-    for label, section, render in TABLE_ROWS:
-        table.add_row(label, *(render(r[section]) for r in results))
-    return table
-
-
-def reference_table() -> Table:
-    table = Table(title="Published numbers for context (NOT measured in this run)")
-    table.add_column("system / test")
-    table.add_column("throughput", justify="right")
-    table.add_column("source", overflow="fold")
-    for row in REFERENCES:
-        table.add_row(*row)
-    return table
-
-
-def report(console: Console, machine: dict[str, Any], results: list[dict[str, Any]]) -> None:
-    console.print()
-    console.print(
-        f"Machine: {machine['cpu_model']}, {machine['cpu_count']} cores, "
-        f"{machine['implementation']} {machine['python']}, {machine['platform']}"
-    )
-    console.print(f"shoal commit: {machine['shoal_core']}")
-    console.print(results_table(results))
-    console.print(reference_table())
-    console.print(
-        "Throughput here is one pure in-process schedule() call per cycle (no API server, no "
-        "binding, no I/O); the published numbers are end-to-end systems and are not comparable "
-        "one for one. A shoal admission is a whole gang (1-33 tasks)."
-    )
+def in_child(function: Callable[..., dict[str, Any]], *arguments: Any) -> dict[str, Any]:
+    """Run ``function`` in a fresh interpreter (spawned, so nothing is inherited)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(function, *arguments).result()
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,55 +148,107 @@ def report(console: Console, machine: dict[str, Any], results: list[dict[str, An
 # --------------------------------------------------------------------------------------------
 
 
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
+class Cycles:
+    """``--cycles``: one count for every size ("5") or per size ("1000:12,5000:6")."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.per_size: dict[int, int] = {}
+        self.default = 0
+        for part in text.split(","):
+            size, _, count = part.rpartition(":")
+            if size:
+                self.per_size[int(size)] = int(count)
+            self.default = int(count)
+
+    def __call__(self, size: int) -> int:
+        return self.per_size.get(size, self.default)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--nodes",
-        default="1000,5000",
-        type=lambda text: [int(part) for part in text.split(",") if part],
-        help="comma-separated cluster sizes (default 1000,5000)",
-    )
-    parser.add_argument("--jobs", type=int, default=10_000, help="queue length (default 10000)")
-    parser.add_argument("--cycles", type=int, default=30, help="steady-state cycles (default 30)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    parser.add_argument("--nodes", help=f"cluster sizes (default {FULL['nodes']})")
+    parser.add_argument("--jobs", type=int, help=f"queue length (default {FULL['jobs']})")
+    parser.add_argument("--vcs", type=int, default=20, help="virtual clusters; 0: none")
+    parser.add_argument("--cycles", help=f"steady cycles, per size (default {FULL['cycles']})")
+    parser.add_argument("--repeat", type=int, help="timed cold-cycle runs (default 3)")
+    parser.add_argument("--scaling-nodes", type=int, help="node count of the queue sweep")
+    parser.add_argument("--scaling-jobs", help=f"queue lengths (default {FULL['scaling_jobs']})")
+    parser.add_argument("--scaling-cycles", type=int, help="steady cycles per queue length")
+    parser.add_argument("--profile-nodes", type=int, help="size to profile (0: none)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--json", type=Path, help="results file (default bench/results/)")
     parser.add_argument(
-        "--repeat", type=int, default=3, help="timed runs of the cold cycle (default 3)"
+        "--docs",
+        type=Path,
+        help="Markdown file to update between the scheduler markers (default: "
+        "docs/benchmarks.md for a full run, none with --quick)",
     )
-    parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
-    parser.add_argument(
-        "--no-memory",
-        dest="memory",
-        action="store_false",
-        help="skip the tracemalloc pass (it re-runs one cold cycle under tracing)",
-    )
+    parser.add_argument("--no-docs", action="store_true", help="do not update any docs")
     args = parser.parse_args(argv)
-    if args.repeat < 1 or args.cycles < 1 or args.jobs < 1 or not args.nodes:
-        parser.error("--repeat, --cycles, --jobs and --nodes must be positive")
+    defaults = QUICK if args.quick else FULL
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.docs is None and not args.quick:
+        args.docs = DOCS
+    if args.no_docs:
+        args.docs = None
+    args.nodes, args.scaling_jobs = _ints(str(args.nodes)), _ints(str(args.scaling_jobs))
+    args.cycles = Cycles(str(args.cycles))
+    if min([args.repeat, args.jobs, *args.nodes, *(args.cycles(n) for n in args.nodes)]) < 1:
+        parser.error("--repeat, --jobs, --nodes and --cycles must be positive")
+    if args.vcs == 1:
+        parser.error("--vcs: 0 (no virtual clusters) or at least 2 (default and a team)")
     return args
 
 
+def intro(args: argparse.Namespace, argv: list[str], elapsed: float) -> str:
+    command = shlex.join([".venv/bin/python", "bench/scheduler.py", *argv])
+    return (
+        f"Generated by `{command}` on {time.strftime('%Y-%m-%d')}; the whole run took "
+        f"{elapsed / 60:.1f} minutes. Do not edit between the scheduler markers: the script "
+        'rewrites this part. The analysis is in "Where the time goes" below.'
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    console = Console()
     machine = machine_info()
     started = time.perf_counter()
-    results = [bench_size(size, args, console) for size in args.nodes]
+    plain = {k: v for k, v in vars(args).items() if k not in ("json", "docs")}
+    results = [in_child(bench_size, size, plain) for size in args.nodes]
+    sweep = in_child(scaling, plain)
     elapsed = time.perf_counter() - started
-    report(console, machine, results)
-    console.print(f"Total benchmark wall time: {elapsed:.0f} s")
-    if args.json:
-        payload = {
-            "machine": machine,
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "results": results,
-            "references_not_measured": [
-                {"what": what, "throughput": value, "source": source}
-                for what, value, source in REFERENCES
-            ],
-            "total_seconds": elapsed,
-        }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
-        console.print(f"Wrote {args.json}")
+    machine["load_average_end"] = os.getloadavg()
+    sections = [machine_section(machine), results_section(results), targets_section(results)]
+    sections.append(scaling_section(sweep))
+    for result in results:
+        if result["profile"]:
+            sections += profile_sections(result["profile"])
+    sections.append(reference_section())
+    print_sections(console, sections)
+    log(f"total benchmark wall time: {elapsed:.0f} s")
+    payload = {
+        "machine": machine,
+        "command": argv,
+        "results": results,
+        "scaling": sweep,
+        "total_seconds": elapsed,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    log(f"wrote {args.json}")
+    if args.docs is not None:
+        fragment = markdown(sections, intro(args, argv, elapsed))
+        args.docs.write_text(replace_region(args.docs.read_text(), fragment))
+        log(f"updated {args.docs} between the scheduler markers")
     return 0
 
 
