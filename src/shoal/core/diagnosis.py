@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import chain
+
 from shoal.core.placement import NodePool, PlacementFailure
 from shoal.core.plan import PendingReason, ReasonCode
 from shoal.core.snapshot import JobRequest, RoleRequest
@@ -39,15 +41,22 @@ def _single_task_reason(pool: NodePool, role: RoleRequest, task: str) -> Pending
                 f"{task} needs GPU type {role.gpu_type!r}; no schedulable node has it",
             )
     if need.gpu:
-        best = max(candidates, key=lambda i: len(pool.free_gpus[i]))  # first max: lowest index
-        largest = len(pool.free_gpus[best])
+        if candidates is pool.active:  # every active node: its free-GPU buckets say it all
+            largest = max(k for k, bucket in enumerate(pool.buckets) if bucket or k == 0)
+            best = pool.buckets[largest][0] if pool.buckets[largest] else candidates[0]
+        else:
+            best = max(candidates, key=lambda i: len(pool.free_gpus[i]))  # first max: lowest
+            largest = len(pool.free_gpus[best])
         if largest < need.gpu:
             where = f"{largest} on {pool.nodes[best].name}" if largest else "0 (no GPU is free)"
             return PendingReason(
                 ReasonCode.INSUFFICIENT_GPU,
                 f"{task} needs {need.gpu} GPUs on one node; the largest free block is {where}",
             )
-        candidates = [i for i in candidates if len(pool.free_gpus[i]) >= need.gpu]
+        if candidates is pool.active:  # ascending node order, as the scan below expects
+            candidates = sorted(chain.from_iterable(pool.buckets[need.gpu :]))
+        else:
+            candidates = [i for i in candidates if len(pool.free_gpus[i]) >= need.gpu]
     with_gpus = f" on a node with {need.gpu} free GPUs" if need.gpu else ""
     best = max(candidates, key=pool.free_cpu.__getitem__)
     if pool.free_cpu[best] < need.cpu_millis:
