@@ -14,6 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+import shoal.core
+
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- scheduler:begin -->"
 END = "<!-- scheduler:end -->"
@@ -77,12 +79,16 @@ def machine_info() -> dict[str, Any]:
     """What ran the benchmark: CPU, cores, RAM, Python, and the commit (marked if the scheduling
     core or the benchmark differ from it)."""
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = _git("status", "--porcelain", "--", "src/shoal/core", "bench/scheduler.py")
+    dirty = _git("status", "--porcelain", "--", "src/shoal/core", "bench")
+    core = Path(shoal.core.__file__).resolve().parent
+    note = "with local changes in src/shoal/core or bench" if dirty else ""
+    if not core.is_relative_to(ROOT):
+        note = f"(the scheduling core imported from {core.parent.parent}, not this checkout)"
     memory = _proc_field("/proc/meminfo", "MemTotal")
     ram_gib = int(memory.split()[0]) / 2**20 if memory[:1].isdigit() else 0.0
     return {
         "commit": commit,
-        "commit_note": "with local changes in src/shoal/core or bench" if dirty else "",
+        "commit_note": note,
         "cpu_model": _proc_field("/proc/cpuinfo", "model name"),
         "cpu_count": os.cpu_count(),
         "ram_gib": round(ram_gib, 1),
