@@ -9,7 +9,7 @@ TORCH_STAMP := $(VENV)/.torch
 # offline. If it cannot be installed, that one test is skipped with the reason.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup run test test-fast lint format bench clean
+.PHONY: setup run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,9 +49,23 @@ test: lint $(TORCH_STAMP)
 test-fast: lint
 	$(BIN)/python -m pytest -q tests/spec tests/core tests/cli tests/server
 
-bench: setup
+# All benchmarks, one command: scheduler throughput, local launch, shoal against Slurm and Ray
+# side by side (bench/peers installs them), and scheduling quality on the real traces. Each
+# prints its tables and rewrites its results section of docs/benchmarks.md or
+# docs/scheduling-quality.md.
+bench: bench-scheduler bench-launch bench-peers bench-sim
+
+bench-scheduler: setup
 	$(BIN)/python bench/scheduler.py
+
+bench-launch: setup
 	$(BIN)/python bench/launch.py
+
+bench-peers: setup
+	$(BIN)/python bench/peers/run.py
+
+bench-sim: setup
+	$(BIN)/python bench/sim_quality.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if not TRACES.is_dir():
         print(f"the traces are not beside the repository ({TRACES})", file=sys.stderr)
         return 1
-    console = Console()
+    console = Console(width=150)
     described = machine()
     console.print(f"machine: {described}")
     plots = None if args.no_docs else ROOT / "docs" / "img" / "sim"

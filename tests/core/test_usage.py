@@ -22,7 +22,7 @@ NODES = tuple(
 OTHER_NODES = NODES[:2]
 
 task = st.builds(
-    lambda n, vc, user, gpu, cpu, priority: TaskAllocation(
+    lambda n, vc, user, gpu, cpu, priority, stopping: TaskAllocation(
         f"j{n}",
         "w",
         0,
@@ -34,6 +34,7 @@ task = st.builds(
         priority,
         0.0,
         user,
+        stopping,
     ),
     st.integers(0, 30),
     st.sampled_from(["a", "b"]),
@@ -41,6 +42,7 @@ task = st.builds(
     st.integers(0, 4),
     st.integers(0, 4000),
     st.sampled_from([-1, 10, 100]),
+    st.booleans(),
 )
 
 
@@ -59,6 +61,7 @@ def normal(usage: Usage) -> tuple[object, ...]:
         {vc: sums for vc, sums in usage.by_vc.items() if any(sums)},
         nonzero(usage.user_gpus),
         nonzero(usage.typed),
+        {key: sums for key, sums in usage.by_priority.items() if any(sums)},
     )
 
 

@@ -122,6 +122,7 @@ class QuotaLedger:
             ledger.usage[vc_name] = ResourceVector(cpu, memory, gpu)
         ledger.user_gpus = usage.user_gpus
         ledger.typed = usage.typed
+        ledger._by_priority = usage.by_priority
         return ledger
 
     def _start(self, vcs: Sequence[VirtualCluster]) -> None:
@@ -132,6 +133,7 @@ class QuotaLedger:
         self._lower_cache: dict[tuple[str, int], ResourceVector] = {}
         self._allocations: Sequence[TaskAllocation] = ()
         self._node_types: Mapping[str, str | None] = {}
+        self._by_priority: dict[tuple[str, int], list[int]] | None = None
 
     @property
     def running(self) -> list[RunningJob]:
@@ -221,6 +223,13 @@ class QuotaLedger:
         return self._lower_cache[key]
 
     def _sum_lower(self, job: JobRequest) -> ResourceVector:
+        """What the VC's running tasks of lower priority (and not stopping) hold."""
+        if self._by_priority is not None:  # summed with the usage: no pass over the jobs
+            cpu = memory = gpu = 0
+            for (vc_name, priority), held in self._by_priority.items():
+                if vc_name == job.virtual_cluster and priority < job.priority:
+                    cpu, memory, gpu = cpu + held[0], memory + held[1], gpu + held[2]
+            return ResourceVector(cpu, memory, gpu)
         total = ResourceVector()
         for other in self.running:
             if (

@@ -21,12 +21,16 @@ class Usage:
     by_vc: dict[str, list[int]] = field(default_factory=dict)  # [cpu millis, MiB, GPUs]
     user_gpus: dict[tuple[str, str], int] = field(default_factory=dict)
     typed: dict[tuple[str, str], int] = field(default_factory=dict)
+    # [cpu millis, MiB, GPUs] of tasks not being stopped, per (VC, priority): what preempting
+    # lower priorities inside a VC could free
+    by_priority: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
     def copy(self) -> Usage:
         return Usage(
             {vc: list(sums) for vc, sums in self.by_vc.items()},
             dict(self.user_gpus),
             dict(self.typed),
+            {key: list(sums) for key, sums in self.by_priority.items()},
         )
 
     def count(self, alloc: TaskAllocation, types: dict[str, str], sign: int) -> None:
@@ -38,6 +42,14 @@ class Usage:
             sums = self.by_vc[alloc.virtual_cluster] = [0, 0, 0]
         sums[0] += sign * res.cpu_millis
         sums[1] += sign * res.memory_mib
+        if not alloc.terminating:
+            key_p = (alloc.virtual_cluster, alloc.priority)
+            held = self.by_priority.get(key_p)
+            if held is None:
+                held = self.by_priority[key_p] = [0, 0, 0]
+            held[0] += sign * res.cpu_millis
+            held[1] += sign * res.memory_mib
+            held[2] += sign * res.gpu
         if res.gpu:
             sums[2] += sign * res.gpu
             key = (alloc.virtual_cluster, alloc.user)
