@@ -35,6 +35,9 @@ POLL_S = 0.01  # how often the monitor reaps exits
 # Reports are at least this far apart: a burst of starts and exits goes in a few reports rather
 # than one request each (every request costs the server's interpreter about a millisecond).
 REPORT_GAP_S = 0.025
+# While the server is unreachable, retry at most this far apart: a restarted server then hears
+# of the running tasks (and adopts them) within half a second of coming back.
+RETRY_MAX_S = 0.5
 
 
 class Agent:
@@ -112,7 +115,7 @@ class Agent:
             except httpx.HTTPError as exc:
                 log.warning("server unreachable (%s); tasks keep running, retrying", exc)
                 time.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                backoff = min(backoff * 2, RETRY_MAX_S)
 
     def _order_taker(self) -> None:
         backoff = 0.1
@@ -122,7 +125,7 @@ class Agent:
                 backoff = 0.1
             except httpx.HTTPError:
                 time.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                backoff = min(backoff * 2, RETRY_MAX_S)
                 continue
             for order in orders.launch:
                 self.runner.launch(order)

@@ -45,7 +45,6 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # Everything loaded so far (modules, the app, mappers) lives as long as the server: keep
         # it out of the collector's full passes, which otherwise walk it again and again.
-        gc.collect()
         gc.freeze()
         if run_scheduler:
             loop.start()

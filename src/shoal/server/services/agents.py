@@ -50,6 +50,10 @@ _ACTIVE_ON_NODES = select(
 ).where(Task.node.in_(bindparam("nodes", expanding=True)), Task.state.in_(ACTIVE_TASK))
 
 
+_JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True)))
+_GANGS = select(Task).where(Task.job_id.in_(bindparam("ids", expanding=True)))
+
+
 def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     """Plain rows for the unfinished tasks of the agent's nodes; objects only for the launches."""
     known = set(request.known)
@@ -66,10 +70,10 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
         ]
         if new:  # the jobs and every task of their attempts, in two queries
             job_ids = sorted({r.job_id for r in new})
-            jobs = {j.id: j for j in session.scalars(select(Job).where(Job.id.in_(job_ids)))}
+            jobs = {j.id: j for j in session.scalars(_JOBS, {"ids": job_ids})}
             tasks: dict[int, Task] = {}
             gangs: dict[tuple[str, int], list[Task]] = {}
-            for peer in session.scalars(select(Task).where(Task.job_id.in_(job_ids))):
+            for peer in session.scalars(_GANGS, {"ids": job_ids}):
                 tasks[peer.id] = peer
                 gangs.setdefault((peer.job_id, peer.job_attempt), []).append(peer)
             for row in new:

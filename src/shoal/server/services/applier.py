@@ -3,7 +3,7 @@ changed since) is dropped, never half-applied."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from shoal.core.plan import Admission, PendingReason, Plan, Preemption
@@ -27,14 +27,11 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
     with ctx.db.write() as session:
         # One query loads every job the plan names, so the lookups below cost no query and no
         # early flush, and the writes go out together at commit.
-        named = [a.job_id for a in plan.admissions] + [j for j, _ in changed]
-        named += [p.victim_job_id for p in plan.preemptions]
-        loaded = session.scalars(select(Job).where(Job.id.in_(named))).all()
+        named = [j for j, _ in changed] + [p.victim_job_id for p in plan.preemptions]
+        loaded = session.scalars(_JOBS, {"ids": named}).all() if named else []
         for admission in plan.admissions:
-            job = _current(session, admission.job_id, versions)
-            if job is not None:
-                _admit(session, job, admission, now)
-                ctx.reasons.pop(job.id, None)
+            if _admit(session, admission, versions.get(admission.job_id), now):
+                ctx.reasons.pop(admission.job_id, None)
                 admitted += 1
         for job_id, reason in changed:  # reasons unchanged since last written are skipped
             job = _current(session, job_id, versions)
@@ -57,39 +54,74 @@ def _current(session: Session, job_id: str, versions: dict[str, int]) -> Job | N
     return job
 
 
-def _admit(session: Session, job: Job, admission: Admission, now: float) -> None:
-    job.state = advance_job(State.WAITING, JobEvent.ADMITTED).value
-    job.version += 1
-    job.attempt += 1
-    job.launched_at = job.launched_at or now
-    job.pending_code = job.pending_message = None
+_JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True)))
+_RUNNING = advance_job(State.WAITING, JobEvent.ADMITTED).value
+# The guarded write: the job is admitted only if it is still the version the snapshot saw, still
+# waiting, and neither completing nor asked to stop. Plain statements, no ORM unit of work.
+_ADMIT = (
+    update(Job)
+    .where(
+        Job.id == bindparam("job_id"),
+        Job.version == bindparam("seen"),
+        Job.state == State.WAITING.value,
+        Job.completing.is_(None),
+        Job.stop_requested.is_(False),
+    )
+    .values(
+        state=_RUNNING,
+        version=Job.version + 1,
+        attempt=Job.attempt + 1,
+        launched_at=func.coalesce(Job.launched_at, bindparam("now")),
+        pending_code=None,
+        pending_message=None,
+    )
+    .returning(Job.attempt)
+)
+_INSERT_TASK = insert(Task)
+
+
+def _admit(session: Session, admission: Admission, seen: int | None, now: float) -> bool:
+    """Admit the job with every task placed (gang), or not at all if it changed meanwhile."""
+    if seen is None:
+        return False
+    connection = session.connection()
+    params = {"job_id": admission.job_id, "seen": seen, "now": now}
+    attempt = connection.execute(_ADMIT, params).scalar()
+    if attempt is None:
+        return False
+    rows = [
+        {
+            "job_id": admission.job_id,
+            "job_attempt": attempt,
+            "role": placement.role,
+            "index": placement.index,
+            "attempt": 1,
+            "state": State.WAITING.value,
+            "node": placement.node,
+            "address": placement.address,
+            "cpu_millis": placement.resources.cpu_millis,
+            "memory_mib": placement.resources.memory_mib,
+            "gpu_indices": list(placement.gpu_indices),
+            "ports": [[label, list(ports)] for label, ports in placement.ports],
+            "launch_acked": False,
+            "kill_requested": False,
+            "created_at": now,
+            "diagnostics": "",
+            "usage": {},
+            "log_bytes": {},
+        }
+        for placement in admission.placements
+    ]
+    connection.execute(_INSERT_TASK, rows)
     nodes = sorted({p.node for p in admission.placements})
-    for placement in admission.placements:
-        session.add(
-            Task(
-                job_id=job.id,
-                job_attempt=job.attempt,
-                role=placement.role,
-                index=placement.index,
-                attempt=1,
-                state=State.WAITING.value,
-                node=placement.node,
-                address=placement.address,
-                cpu_millis=placement.resources.cpu_millis,
-                memory_mib=placement.resources.memory_mib,
-                gpu_indices=list(placement.gpu_indices),
-                ports=[[label, list(ports)] for label, ports in placement.ports],
-                created_at=now,
-            )
-        )
     record(
         session,
-        job.id,
+        admission.job_id,
         now,
         "placed",
-        f"attempt {job.attempt}: all {len(admission.placements)} tasks placed on "
-        f"{', '.join(nodes)}",
+        f"attempt {attempt}: all {len(admission.placements)} tasks placed on {', '.join(nodes)}",
     )
+    return True
 
 
 def _preempt(session: Session, preemption: Preemption, now: float) -> bool:

@@ -37,6 +37,8 @@ _NAMED = select(Task.id, Task.attempt, Task.state, Task.launch_acked, Task.node,
     )
 )
 _NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
+_TASKS = select(Task).where(Task.id.in_(bindparam("ids", expanding=True)))
+_JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True)))
 
 
 def task_by_attempt(session: Session, attempt_id: str) -> Task | None:
@@ -90,7 +92,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
         loaded = _load_changing(ctx, session, request, named, lost)
         changed = False
         for node in request.nodes:
-            changed |= _upsert_node(session, request.agent_id, node, now)
+            changed |= _upsert_node(session, request.agent_id, node, now, _heartbeat_s(ctx) / 2)
         for running in request.running:
             row = named.get(running.attempt_id)
             if row is None or State(row.state).is_terminal:
@@ -151,9 +153,14 @@ def _load_changing(
     ids.update(named[e.attempt_id].id for e in request.exited if e.attempt_id in named)
     if not ids:
         return _Loaded()
-    tasks = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(ids)))}
-    job_ids = {t.job_id for t in tasks.values()}
-    return _Loaded(tasks, list(session.scalars(select(Job).where(Job.id.in_(job_ids)))))
+    tasks = {t.id: t for t in session.scalars(_TASKS, {"ids": sorted(ids)})}
+    job_ids = sorted({t.job_id for t in tasks.values()})
+    return _Loaded(tasks, list(session.scalars(_JOBS, {"ids": job_ids})))
+
+
+def _heartbeat_s(ctx: ServerContext) -> float:
+    """How often a node's heartbeat is written (a fraction of the node timeout)."""
+    return min(5.0, ctx.settings.node_timeout_s / 4)
 
 
 def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] | None:
@@ -161,7 +168,7 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
     the attempts to kill; else None."""
     if request.exited:
         return None
-    every = min(5.0, ctx.settings.node_timeout_s / 4)
+    every = _heartbeat_s(ctx)
     with ctx.db.read() as session:
         nodes = {
             n.name: n for n in session.scalars(_NODES, {"nodes": [n.name for n in request.nodes]})
@@ -209,7 +216,11 @@ def _note_running(
         task.usage = dict(running.usage)
 
 
-def _upsert_node(session: Session, agent_id: str, report: AgentNode, now: float) -> bool:
+def _upsert_node(
+    session: Session, agent_id: str, report: AgentNode, now: float, refresh_s: float
+) -> bool:
+    """Register or update the node; its heartbeat (``last_seen``, usage) is written only when it
+    is older than ``refresh_s``, not on every report."""
     node = session.get(Node, report.name)
     if node is None:
         session.add(
@@ -236,5 +247,7 @@ def _upsert_node(session: Session, agent_id: str, report: AgentNode, now: float)
     node.cpu_millis, node.memory_mib = report.cpu_millis, report.memory_mib
     node.gpu_indices, node.gpu_type = list(report.gpu_indices), report.gpu_type
     node.port_low, node.port_high = report.port_low, report.port_high
-    node.state, node.last_seen, node.usage = "READY", now, dict(report.usage)
+    node.state = "READY"
+    if came_back or node.last_seen < now - refresh_s:
+        node.last_seen, node.usage = now, dict(report.usage)
     return came_back
