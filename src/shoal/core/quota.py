@@ -134,6 +134,7 @@ class QuotaLedger:
         self._allocations: Sequence[TaskAllocation] = ()
         self._node_types: Mapping[str, str | None] = {}
         self._by_priority: dict[tuple[str, int], list[int]] | None = None
+        self._verdicts: dict[tuple[object, ...], Admission | PendingReason] = {}
 
     @property
     def running(self) -> list[RunningJob]:
@@ -152,6 +153,7 @@ class QuotaLedger:
             self.typed[(vc, gpu_type)] = self.typed.get((vc, gpu_type), 0) + count
 
     def admit(self, job: JobRequest) -> None:
+        self._verdicts.clear()  # usage changes: earlier answers may not hold
         if not job.opportunistic:
             self._count(job.virtual_cluster, job.user, job.total, typed_need(job).items())
 
@@ -166,7 +168,23 @@ class QuotaLedger:
         )
 
     def classify(self, job: JobRequest) -> Admission | PendingReason:
+        """How the job may be admitted now. Jobs alike in VC, priority, size, GPU types and
+        (under a per-user cap) user get the same answer until the next admission, so the answer
+        is remembered: long queues of similar jobs are classified once per cycle, not per job."""
         vc = self.vcs.get(job.virtual_cluster)
+        key = (
+            job.virtual_cluster,
+            job.priority,
+            job.total,
+            job.user if vc is not None and vc.user_gpu_cap is not None else "",
+            job.shape() if vc is not None and vc.gpu_by_type else (),
+        )
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = self._classify(job, vc)
+        return verdict
+
+    def _classify(self, job: JobRequest, vc: VirtualCluster | None) -> Admission | PendingReason:
         if vc is None:
             return PendingReason(
                 ReasonCode.UNKNOWN_VIRTUAL_CLUSTER,

@@ -61,12 +61,18 @@ class JobRequest:
     virtual_cluster: str = "default"
     user: str = ""
     total: ResourceVector = field(init=False, repr=False, compare=False)
+    _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         total = ResourceVector()
         for role in self.roles:
             total = total + role.per_instance.scaled(role.instances)
-        object.__setattr__(self, "total", total)  # computed once: asked for many times a cycle
+        # computed once: asked for many times a cycle
+        object.__setattr__(self, "total", total)
+        shape = tuple(
+            (r.name, r.instances, r.per_instance, r.gpu_type, r.ports) for r in self.roles
+        )
+        object.__setattr__(self, "_shape", shape)
 
     @property
     def opportunistic(self) -> bool:
@@ -78,7 +84,7 @@ class JobRequest:
 
     def shape(self) -> tuple[object, ...]:
         """Jobs with equal shapes fit (or not) in exactly the same places."""
-        return tuple((r.name, r.instances, r.per_instance, r.gpu_type, r.ports) for r in self.roles)
+        return self._shape
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "never_completed": len(records) - len(done),
         **_spread([r.jct_s for r in done], "jct"),
         **_spread([r.queue_delay_s for r in done], "queue_delay"),
+        "avg_run_s": float(np.mean([r.duration_s for r in done])) if done else 0.0,
         "makespan_s": end - start,
         "gpu_utilization": time_average(timeline, timeline.busy_gpus, start, end) / capacity,
         "avg_queue_length": time_average(timeline, timeline.queued, start, end),

@@ -3,7 +3,7 @@ policy only chooses the virtual-cluster rules it runs under and the priority eac
 
 - ``fifo``: the YARN capacity-scheduler baseline Philly ran. Each VC gets its guarantee and no
   more (no borrowing), jobs start in strict submission order inside a VC (no backfill), nothing
-  is preempted.
+  is preempted. Priorities in the trace are ignored (YARN queues are FIFO).
 - ``shoal``: the production policy. VCs lend idle capacity (borrowing), a VC that needs its
   guarantee back preempts borrowers (reclaim), priority classes order the queue and may preempt
   inside a VC, later jobs backfill around a VC's reserved head, and GPUs are packed best-fit.
@@ -23,6 +23,7 @@ from shoal.sim.workload import SimJob
 
 POLICIES = ("fifo", "shoal", "las")
 DEFAULT_LAS_THRESHOLDS = (3_600.0, 36_000.0)  # GPU-seconds: 1 and 10 GPU-hours
+DEFAULT_PRIORITY = 10  # the `test` class, what a job without one gets
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class Policy:
     strict_fifo: bool
     # Attained-service thresholds (GPU-seconds); empty: priorities come from the trace.
     las_thresholds: tuple[float, ...] = ()
+    uses_priority: bool = True  # False: every job has the default priority (plain FIFO)
 
     @property
     def dynamic_priority(self) -> bool:
@@ -60,6 +62,8 @@ class Policy:
 
     def priority(self, job: SimJob, attained_gpu_s: float) -> int:
         """The job's priority now; with LAS, the queue level for the service it has had."""
+        if not self.uses_priority:
+            return DEFAULT_PRIORITY
         if not self.dynamic_priority or job.priority == OPPORTUNISTIC:
             return job.priority
         level = bisect.bisect_right(self.las_thresholds, attained_gpu_s)
@@ -68,7 +72,9 @@ class Policy:
 
 def make_policy(name: str, las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS) -> Policy:
     if name == "fifo":
-        return Policy("fifo", borrowing=False, preemption=False, strict_fifo=True)
+        return Policy(
+            "fifo", borrowing=False, preemption=False, strict_fifo=True, uses_priority=False
+        )
     if name == "shoal":
         return Policy("shoal", borrowing=True, preemption=True, strict_fifo=False)
     if name == "las":
