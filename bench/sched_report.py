@@ -141,6 +141,10 @@ RESULT_ROWS: tuple[Row, ...] = (
     ),
     ("cold: **gang jobs admitted/s**", lambda r: f"**{r['cold']['admitted_per_second']:,.0f}**"),
     (
+        "cold: gang jobs admitted per CPU-second",
+        lambda r: f"{r['cold']['admitted'] / r['cold']['cpu_seconds']:,.0f}",
+    ),
+    (
         "cold: pending / infeasible",
         lambda r: f"{r['cold']['pending']:,} / {r['cold']['infeasible']:,}",
     ),
@@ -181,27 +185,32 @@ def results_section(results: list[dict[str, Any]]) -> Section:
 
 
 def targets_section(results: list[dict[str, Any]]) -> Section:
+    """Each target against the wall-time figure and the CPU-time one (a loaded machine slows the
+    first far more than the second)."""
     rows = []
     for r in results:
         if r["nodes"] == TARGET_NODES:
-            rate = r["cold"]["admitted_per_second"]
-            verdict = "met" if rate >= TARGET_JOBS_PER_SECOND else "missed"
+            wall = r["cold"]["admitted_per_second"]
+            cpu = r["cold"]["admitted"] / r["cold"]["cpu_seconds"]
+            verdict = "met" if wall >= TARGET_JOBS_PER_SECOND else "missed"
             rows.append(
                 [
                     f"≥ {TARGET_JOBS_PER_SECOND:,} gang jobs admitted/s at {TARGET_NODES:,} nodes"
                     " (cold cycle)",
-                    f"{rate:,.0f}/s",
-                    f"{verdict} ({rate / TARGET_JOBS_PER_SECOND:.2f}× the target)",
+                    f"{wall:,.0f}/s (wall); {cpu:,.0f} per CPU-second",
+                    f"{verdict}: {wall / TARGET_JOBS_PER_SECOND:.2f}× the target (wall), "
+                    f"{cpu / TARGET_JOBS_PER_SECOND:.2f}× (CPU)",
                 ]
             )
     for r in results:
-        p99 = r["steady"]["p99_seconds"]
-        verdict = "met" if p99 <= TARGET_P99_SECONDS else "missed"
+        wall, cpu = r["steady"]["p99_seconds"], r["steady"]["p99_cpu_seconds"]
+        verdict = "met" if wall <= TARGET_P99_SECONDS else "missed"
         rows.append(
             [
                 f"cycle p99 ≤ {_ms(TARGET_P99_SECONDS)} at {r['nodes']:,} nodes",
-                _ms(p99),
-                f"{verdict} ({p99 / TARGET_P99_SECONDS:,.1f}× the target)",
+                f"{_ms(wall)} (wall); {_ms(cpu)} (CPU)",
+                f"{verdict}: {wall / TARGET_P99_SECONDS:,.0f}× the target (wall), "
+                f"{cpu / TARGET_P99_SECONDS:,.0f}× (CPU)",
             ]
         )
     return Section("Issue #5 targets", ["target", "measured", "verdict"], rows)
@@ -317,9 +326,12 @@ def markdown(sections: list[Section], intro: str) -> str:
 
 
 def replace_region(doc: str, fragment: str) -> str:
-    """``doc`` with the text between the scheduler markers replaced (nothing else changes)."""
-    if doc.count(BEGIN) != 1 or doc.count(END) != 1 or doc.index(BEGIN) > doc.index(END):
+    """``doc`` with the lines between the scheduler markers (each alone on its line) replaced;
+    nothing else changes."""
+    lines = doc.split("\n")
+    begins = [k for k, line in enumerate(lines) if line.strip() == BEGIN]
+    ends = [k for k, line in enumerate(lines) if line.strip() == END]
+    if len(begins) != 1 or len(ends) != 1 or begins[0] > ends[0]:
         raise ValueError(f"docs/benchmarks.md needs exactly one {BEGIN} ... {END} region")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{fragment}{END}{tail}"
+    body = fragment.rstrip("\n").split("\n")
+    return "\n".join([*lines[: begins[0] + 1], *body, *lines[ends[0] :]])
