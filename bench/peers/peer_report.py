@@ -155,9 +155,11 @@ def rich_table(data: dict) -> Table:
 
 
 def machine_line(machine: dict) -> str:
+    peers = [machine[k] for k in ("slurm", "ray") if machine.get(k)]
     return (
         f"{machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, "
         f"{machine['os']}, kernel {machine['kernel']}, Python {machine['python']}"
+        + "".join(f", {p}" for p in peers)
     )
 
 
