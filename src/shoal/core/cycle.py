@@ -51,6 +51,8 @@ class Cycle:
         else:  # no quotas: only the jobs being stopped matter
             self.quota = None
         self._inside: set[str] | None = None
+        self._simulated: dict[tuple[object, ...], list[TaskPlacement] | None] = {}
+        self._gpu_room: tuple[int, dict[str, int]] | None = None
         self.terminating = frozenset(a.job_id for a in snapshot.allocations if a.terminating)
         self.taken: set[str] = set()  # victims chosen in this cycle
         self.admitted_allocations: list[TaskAllocation] = []
@@ -227,12 +229,32 @@ class Cycle:
 
     def _simulate(self, job: JobRequest, freed: frozenset[str]) -> list[TaskPlacement] | None:
         """Where ``job`` would go if the jobs in ``freed`` released their resources."""
-        if not freed:
+        if not freed or not self._enough_gpus_after(job, freed):
             return None
-        held = [a for a in self.snapshot.allocations if a.job_id not in freed]
-        pool = NodePool(self.snapshot.nodes, held + self.admitted_allocations)
-        result = pool.place_job(job, commit=False)
-        return None if isinstance(result, PlacementFailure) else result
+        key = (freed, len(self.admitted_allocations), job.shape())
+        if key not in self._simulated:  # victim search asks about the same sets again
+            held = [a for a in self.snapshot.allocations if a.job_id not in freed]
+            pool = NodePool(self.snapshot.nodes, held + self.admitted_allocations)
+            result = pool.place_job(job, commit=False)
+            self._simulated[key] = None if isinstance(result, PlacementFailure) else result
+        return self._simulated[key]
+
+    def _enough_gpus_after(self, job: JobRequest, freed: frozenset[str]) -> bool:
+        """A necessary condition, counted without placing: the schedulable nodes would have
+        as many free GPUs as the job needs once ``freed`` stop (the victim search grows its set
+        one job at a time, so most sets it tries are simply too small)."""
+        if self._gpu_room is None:
+            schedulable = {n.name for n in self.snapshot.nodes if n.schedulable}
+            free = sum(n.capacity.gpu for n in self.snapshot.nodes if n.schedulable)
+            by_job: dict[str, int] = {}
+            for alloc in self.snapshot.allocations:
+                if alloc.resources.gpu and alloc.node in schedulable:
+                    by_job[alloc.job_id] = by_job.get(alloc.job_id, 0) + alloc.resources.gpu
+                    free -= alloc.resources.gpu
+            self._gpu_room = (free, by_job)
+        free, by_job = self._gpu_room
+        admitted = sum(a.resources.gpu for a in self.admitted_allocations)
+        return job.total.gpu <= free - admitted + sum(by_job.get(j, 0) for j in freed)
 
     def _reserve_head(self, job: JobRequest) -> None:
         """The first blocked job of a VC keeps the nodes it will use; others backfill around."""
