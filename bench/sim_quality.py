@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
+import launch  # bench/launch.py, beside this script
 from shoal.sim.engine import SimConfig
 from shoal.sim.report import markdown, rich_table, vc_table, write_report
 from shoal.sim.runner import SimRequest, run_simulations
@@ -84,11 +83,7 @@ SCENARIOS = (
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
+    """bench/launch.py's description (CPU, cores, Python, platform) plus RAM and the commit."""
     memory_kib = next(
         int(line.split()[1])
         for line in Path("/proc/meminfo").read_text().splitlines()
@@ -101,11 +96,7 @@ def machine() -> str:
         text=True,
         check=False,
     ).stdout.strip()
-    return (
-        f"{model}, {os.cpu_count()} cores, {memory_kib / 2**20:.0f} GiB RAM, "
-        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
-        f"shoal {commit or 'unknown'}"
-    )
+    return f"{launch.machine()}, {memory_kib / 2**20:.0f} GiB RAM, shoal {commit or 'unknown'}"
 
 
 def check_targets(summaries: list[dict[str, Any]]) -> list[str]:

@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from shoal.sim.records import SimResult
 from shoal.sim.report import sampled
@@ -35,13 +37,7 @@ def _jct_cdf(path: Path, results: list[SimResult]) -> Path:
     axes.set_xscale("log")
     axes.set_xlabel("job completion time (s, log scale)")
     axes.set_ylabel("fraction of jobs")
-    axes.set_title(f"JCT CDF: {results[0].trace}")
-    axes.grid(True, alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return _save(figure, axes, f"JCT CDF: {results[0].trace}", path)
 
 
 def _over_time(path: Path, results: list[SimResult], series: str, label: str) -> Path:
@@ -59,7 +55,11 @@ def _over_time(path: Path, results: list[SimResult], series: str, label: str) ->
         axes.step((times - times[0]) / scale, values, where="post", label=result.policy, lw=0.8)
     axes.set_xlabel(f"time since the first submission ({unit})")
     axes.set_ylabel(label)
-    axes.set_title(f"{label}: {results[0].trace} on {results[0].cluster}")
+    return _save(figure, axes, f"{label}: {results[0].trace} on {results[0].cluster}", path)
+
+
+def _save(figure: Figure, axes: Axes, title: str, path: Path) -> Path:
+    axes.set_title(title)
     axes.grid(True, alpha=0.3)
     axes.legend()
     figure.tight_layout()
