@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"machine: {described}")
     plots = None if args.no_docs else ROOT / "docs" / "img" / "sim"
     results = [run_scenario(s, console, plots) for s in scenarios]
-    out = ROOT / "bench" / "results" / "sim-quality.json"
+    # a partial run (--only) never overwrites the full results the docs were made from
+    name = "sim-quality-only.json" if wanted else "sim-quality.json"
+    out = ROOT / "bench" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": described, "results": results}, indent=2) + "\n")
     if not args.no_docs and not wanted:
