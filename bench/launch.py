@@ -52,6 +52,23 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def start_cluster(home: Path, slots: int) -> tuple[str, str]:
+    """A local cluster in ``home`` with one node of ``slots`` cores and no GPU: its URL and
+    admin token. The benchmark stops it with ``stop_local(home)``."""
+    info = start_local(
+        UpOptions(
+            home=home,
+            port=0,
+            nodes=1,
+            cpus=float(slots),
+            memory_mib=64 * 1024,
+            gpus=0,
+            kill_grace_s=2.0,
+        )
+    )
+    return info.url, (home / "admin.token").read_text().strip()
+
+
 def measure_latency(client: ShoalClient, count: int) -> list[float]:
     """Sequential jobs on an idle cluster: submit → the task's process has started."""
     latencies = []
@@ -136,19 +153,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
-    info = start_local(
-        UpOptions(
-            home=home,
-            port=0,
-            nodes=1,
-            cpus=float(args.slots),
-            memory_mib=64 * 1024,
-            gpus=0,
-            kill_grace_s=2.0,
-        )
-    )
-    token = (home / "admin.token").read_text().strip()
-    client = ShoalClient(info.url, token)
+    url, token = start_cluster(home, args.slots)
+    client = ShoalClient(url, token)
     concurrent = None
     try:
         latencies = measure_latency(client, args.latency_jobs)
@@ -158,7 +164,7 @@ def main() -> None:
                 client,
                 args.drain_jobs,
                 args.drain_clients,
-                lambda: ShoalClient(info.url, token),
+                lambda: ShoalClient(url, token),
                 tag="drain-concurrent",
             )
     finally:

@@ -16,7 +16,7 @@ from types import ModuleType
 from peer_proc import log, run
 
 from shoal.client import ShoalClient
-from shoal.local.supervisor import UpOptions, start_local, stop_local
+from shoal.local.supervisor import stop_local
 
 LAUNCH = Path(__file__).resolve().parents[1] / "launch.py"
 
@@ -50,17 +50,7 @@ def version() -> str:
 def measure(args, scratch: Path) -> dict:
     launch = load_launch()
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-peers-", dir=scratch))
-    options = UpOptions(
-        home=home,
-        port=0,
-        nodes=1,
-        cpus=float(args.slots),
-        memory_mib=64 * 1024,
-        gpus=0,
-        kill_grace_s=2.0,
-    )
-    info = start_local(options)
-    client = ShoalClient(info.url, (home / "admin.token").read_text().strip())
+    client = ShoalClient(*launch.start_cluster(home, args.slots))
     try:
         log(f"shoal: up; warm-up job, then {args.latency_jobs} latency jobs")
         launch.measure_latency(client, 1)

@@ -78,8 +78,7 @@ class Simulator:
         self.running: dict[str, _Job] = {}
         self.events: list[tuple[float, int, int, str, int]] = []
         self.seq = itertools.count()
-        self.node_gpus = {node.name: node.capacity.gpu for node in cluster.nodes}
-        self.free_gpus = dict(self.node_gpus)
+        self.free_gpus = {node.name: node.capacity.gpu for node in cluster.nodes}
         self.busy_gpus = 0
         self._allocations: tuple[TaskAllocation, ...] | None = None
         self.fragmented = 0
@@ -156,12 +155,7 @@ class Simulator:
         if self.policy.dynamic_priority:
             self._refresh_running_priorities(now)
         queue = tuple(self._request(state) for state in self.waiting.values())
-        if self._allocations is None:  # rebuilt only after tasks started or stopped
-            self._allocations = tuple(
-                itertools.chain.from_iterable(s.allocations for s in self.running.values())
-            )
-        allocations = self._allocations
-        snapshot = ClusterSnapshot(self.cluster.nodes, queue, allocations, self.vcs)
+        snapshot = ClusterSnapshot(self.cluster.nodes, queue, self._held(), self.vcs)
         tick = time.perf_counter()
         plan = schedule(snapshot, now)
         self.clock.scheduling_s += time.perf_counter() - tick
@@ -169,7 +163,7 @@ class Simulator:
         self.clock.last_plan = plan
         self._apply(plan, now)
         if self.config.check_invariants:
-            check_allocations(self.cluster.nodes, self._all_allocations(), now)
+            check_allocations(self.cluster.nodes, self._held(), now)
         self._sample(now, after_cycle=True)
 
     def _request(self, state: _Job) -> JobRequest:
@@ -262,8 +256,13 @@ class Simulator:
                 state.priority = priority
                 state.request = None
 
-    def _all_allocations(self) -> list[TaskAllocation]:
-        return [a for state in self.running.values() for a in state.allocations]
+    def _held(self) -> tuple[TaskAllocation, ...]:
+        """Every running task's allocation, rebuilt only after tasks started or stopped."""
+        if self._allocations is None:
+            self._allocations = tuple(
+                itertools.chain.from_iterable(s.allocations for s in self.running.values())
+            )
+        return self._allocations
 
     def _sample(self, now: float, after_cycle: bool = False) -> None:
         if after_cycle:  # only a cycle can tell what waits for capacity; kept until the next

@@ -97,15 +97,18 @@ def vc_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def vc_table(summaries: list[dict[str, Any]]) -> Table:
-    table = Table(title="per virtual cluster: average queueing delay, then average JCT")
-    columns = [
+def _vc_columns(summaries: list[dict[str, Any]]) -> list[str]:
+    return [
         "VC",
         "jobs",
         *(f"delay {s['policy']}" for s in summaries),
         *(f"JCT {s['policy']}" for s in summaries),
     ]
-    for index, column in enumerate(columns):
+
+
+def vc_table(summaries: list[dict[str, Any]]) -> Table:
+    table = Table(title="per virtual cluster: average queueing delay, then average JCT")
+    for index, column in enumerate(_vc_columns(summaries)):
         table.add_column(column, justify="left" if index == 0 else "right")
     for row in vc_rows(summaries):
         table.add_row(*row)
@@ -121,15 +124,7 @@ def markdown(summaries: list[dict[str, Any]]) -> str:
         "",
         "Per virtual cluster (average queueing delay, then average JCT, per policy):",
         "",
-        _md_table(
-            [
-                "VC",
-                "jobs",
-                *(f"delay {s['policy']}" for s in summaries),
-                *(f"JCT {s['policy']}" for s in summaries),
-            ],
-            vc_rows(summaries),
-        ),
+        _md_table(_vc_columns(summaries), vc_rows(summaries)),
     ]
     notes = [note for note in first["notes"] if not note.startswith("0 ")]
     if notes:
