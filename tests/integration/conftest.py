@@ -46,9 +46,11 @@ class LocalCluster:
 
 
 def port_base() -> int:
-    """Task ports per pytest-xdist worker, so clusters of parallel tests never share ports."""
+    """Task ports per pytest-xdist worker, so clusters of parallel tests never share ports.
+    ``$SHOAL_TEST_PORT_BASE`` moves the whole block (two test runs side by side)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    return 22000 + int(worker or 0) % 8 * 4000
+    base = int(os.environ.get("SHOAL_TEST_PORT_BASE", "22000"))
+    return base + int(worker or 0) % 8 * 4000
 
 
 def start_cluster(home: Path, **options: object) -> LocalCluster:
