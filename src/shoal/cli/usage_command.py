@@ -7,9 +7,10 @@ from enum import StrEnum
 import typer
 from rich.table import Table
 
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, print_json
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
 from shoal.cli.render import console
-from shoal.spec.units import format_memory, parse_duration
+from shoal.cli.vc_update import format_mib
+from shoal.spec.units import parse_duration
 
 
 class UsageBy(StrEnum):
@@ -31,7 +32,7 @@ def usage(
         try:
             parse_duration(since, "--since")
         except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--since") from None
+            raise fail(str(exc)) from None
     report = client().usage(by.value, since)
     if output is OutputFormat.JSON:
         print_json(report)
@@ -43,12 +44,17 @@ def usage(
         table.add_row(
             row["key"],
             str(row["jobs"]),
-            f"{row['gpuHours']:.2f}",
-            f"{row['cpuHours']:.2f}",
-            f"{row['elapsedHours']:.2f}",
-            format_memory(round(row["peakMemoryMiB"])) if row["peakMemoryMiB"] else "-",
+            _hours(row["gpuHours"]),
+            _hours(row["cpuHours"]),
+            _hours(row["elapsedHours"]),
+            format_mib(row["peakMemoryMiB"]) if row["peakMemoryMiB"] else "-",
         )
     console.print(table)
     window = "all time" if since is None else f"jobs active in the last {since}"
     scope = "" if report["scope"] == "everyone" else "; your own jobs only (not an admin)"
     console.print(f"{window}{scope}", style="dim", highlight=False)
+
+
+def _hours(value: float) -> str:
+    """Two decimals; a small non-zero amount reads "<0.01", not a misleading 0.00."""
+    return "<0.01" if 0 < value < 0.005 else f"{value:.2f}"

@@ -94,21 +94,23 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
         print_json(rows)
         return
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("vc", "guarantee", "borrow limit", "used", "user cap", "queue", "members"):
+    columns = ("vc", "guarantee", "borrow limit", "used", "user cap", "queue", "members")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for vc in rows:
+        used = vc["used"]
         table.add_row(
             vc["name"],
-            describe_amounts(vc["guarantee"], vc["gpuByType"], "none"),
+            describe_amounts(vc["guarantee"], vc["gpuByType"]),
             "any idle" if vc["borrowLimit"] is None else describe_amounts(vc["borrowLimit"]),
-            describe_amounts(vc["used"], zero="-"),
+            describe_amounts(used) if any(used.values()) else "-",
             "-" if vc["userGpuCap"] is None else str(vc["userGpuCap"]),
             "fifo" if vc.get("strictFifo") else "priority",
-            ",".join(vc["members"]) or "everyone",
+            ",".join(m for m in vc["members"] if m != "*") or "everyone",
         )
     console.print(table)
     console.print(
-        "guarantee/used: gpu, cpu cores, memory; a resource not shown is not limited",
+        "amounts are gpu/cpu/memory; -: not limited; queue fifo: strict FIFO",
         style="dim",
         highlight=False,
     )

@@ -58,22 +58,23 @@ def parse_resources(text: str | None, option: str) -> dict[str, float] | None:
 
 
 def describe_amounts(
-    amounts: dict[str, float | None], by_type: dict[str, int] | None = None, zero: str = "none"
+    amounts: dict[str, float | None], by_type: dict[str, int] | None = None
 ) -> str:
-    """``{"gpu": 2, "cpu": 4, "memoryMiB": 2048}`` → ``2 gpu, 4 cpu, 2Gi``; a null resource
-    (not limited) is left out."""
-    parts = []
+    """``{"gpu": 2, "cpu": 4, "memoryMiB": 2048}`` → ``2/4/2Gi`` (gpu/cpu/memory); ``-`` for a
+    resource not limited; GPUs per type follow the GPU count: ``2 A100=2/-/-``."""
     gpu, cpu, memory = amounts.get("gpu"), amounts.get("cpu"), amounts.get("memoryMiB")
-    if gpu is not None:
-        types = ",".join(f"{t}={n}" for t, n in sorted((by_type or {}).items()))
-        parts.append(f"{gpu:g} gpu" + (f" ({types})" if types else ""))
-    if cpu is not None:
-        parts.append(f"{cpu:g} cpu")
-    if memory is not None:
-        parts.append(units.format_memory(int(memory)))
-    if all(not v for v in (gpu, cpu, memory)):
-        return zero
-    return ", ".join(parts)
+    types = ",".join(f"{t}={n}" for t, n in sorted((by_type or {}).items()))
+    gpus = "-" if gpu is None else f"{gpu:g}" + (f" {types}" if types else "")
+    cores = "-" if cpu is None else f"{cpu:g}"
+    return f"{gpus}/{cores}/{'-' if memory is None else format_mib(memory)}"
+
+
+def format_mib(mib: float) -> str:
+    """Memory in at most ~6 characters: 512Mi, 2Gi, 23.5Gi, 1.2Ti."""
+    for unit, size in (("Ti", 1 << 20), ("Gi", 1 << 10)):
+        if mib >= size:
+            return f"{mib / size:.3g}{unit}"
+    return f"{mib:g}Mi"
 
 
 def format_setting(name: str, value: Any) -> str:
@@ -87,7 +88,7 @@ def format_setting(name: str, value: Any) -> str:
     if name == "members" and not value:
         return "everyone"
     if name.endswith("memory_mib"):
-        return units.format_memory(int(value))
+        return format_mib(value)
     return plain(name, value)
 
 

@@ -362,7 +362,7 @@ def describe_all(ctx: ServerContext) -> list[VirtualClusterOut]:
             userGpuCap=vc.user_gpu_cap,
             preemptWithin=vc.preempt_within,
             strictFifo=vc.strict_fifo,
-            members=list(rows[vc.name].members) if vc.name in rows else ["*"],
+            members=["*"] if vc.name == DEFAULT_VC else list(rows[vc.name].members),
             clusterTotal=_vector_out(total),
         )
         for vc in vcs
