@@ -215,6 +215,21 @@ class ShoalClient:
         )
         return result
 
+    def vc(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/v1/virtual-clusters/{name}")
+        return result
+
+    def patch_vc(self, name: str, changes: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Change only the settings in ``changes`` (None: back to the default); the answer
+        has ``before``, ``after`` and ``changes``."""
+        result: dict[str, Any] = self._call(
+            "PATCH",
+            f"/api/v1/virtual-clusters/{name}",
+            json=changes,
+            params={"dryRun": "true"} if dry_run else None,
+        )
+        return result
+
     def delete_vc(self, name: str) -> None:
         self._call("DELETE", f"/api/v1/virtual-clusters/{name}")
 
@@ -231,8 +246,32 @@ class ShoalClient:
         result: list[dict[str, Any]] = self._call("GET", "/api/v1/users")
         return result
 
-    def delete_user(self, name: str) -> None:
-        self._call("DELETE", f"/api/v1/users/{name}")
+    def patch_user(
+        self, name: str, changes: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "PATCH",
+            f"/api/v1/users/{name}",
+            json=changes,
+            params={"dryRun": "true"} if dry_run else None,
+        )
+        return result
+
+    def delete_user(self, name: str, stop_jobs: bool = False) -> dict[str, Any]:
+        """Delete a user; ``stop_jobs`` stops their active jobs first (else they make a 409)."""
+        result: dict[str, Any] = self._call(
+            "DELETE",
+            f"/api/v1/users/{name}",
+            params={"stopJobs": "true"} if stop_jobs else None,
+        )
+        return result
+
+    # ---- accounting ----
+
+    def usage(self, by: str = "user", since: str | None = None) -> dict[str, Any]:
+        params = {"by": by} | ({"since": since} if since is not None else {})
+        result: dict[str, Any] = self._call("GET", "/api/v1/usage", params=params)
+        return result
 
     def me(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/api/v1/me")

@@ -165,7 +165,7 @@ class Runner:
             live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
         for attempt in live:
             assert attempt.proc is not None
-            code = attempt.proc.poll()
+            code = _reap(attempt)
             if code is not None:
                 _signal_group(attempt.proc.pid, signal.SIGKILL)  # leftovers of the tree
                 signo = -code if code < 0 else None
@@ -255,6 +255,32 @@ class Runner:
 def _signal_group(pid: int, signo: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signo)
+
+
+def _reap(attempt: Attempt) -> int | None:
+    """The exit code if the task's process has exited (``Popen.poll``'s convention), folding
+    its final resource use (it and the descendants it waited for) into ``attempt.usage``: a
+    task shorter than the sampling period is accounted too."""
+    proc = attempt.proc
+    assert proc is not None
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+    except ChildProcessError:
+        return proc.poll()
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = rusage.ru_utime + rusage.ru_stime
+    peak_mib = rusage.ru_maxrss / 1024  # KiB on Linux
+    previous = attempt.usage
+    attempt.usage = {
+        **previous,
+        "cpuSeconds": round(max(cpu, previous.get("cpuSeconds", 0.0)), 3),
+        "maxRssMiB": round(max(peak_mib, previous.get("maxRssMiB", 0.0)), 1),
+    }
+    return proc.returncode
 
 
 def _tree_usage(pid: int, previous: dict[str, float]) -> dict[str, float]:

@@ -7,6 +7,7 @@ import time
 import typer
 from rich.table import Table
 
+from shoal.cli.changes_view import print_changes
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
 from shoal.cli.render import console
 from shoal.client import ShoalClient, discover
@@ -47,12 +48,61 @@ def list_users(output: OutputFormat = OUTPUT_OPTION) -> None:
         console.print(f"{row['name']}  {role}  {','.join(row['groups'])}", markup=False)
 
 
+@user_app.command("update")
+@api_errors
+def update_user(
+    name: str,
+    admin: bool | None = typer.Option(None, "--admin/--no-admin", help="Grant or drop admin."),
+    groups: str | None = typer.Option(None, "--groups", help="Replace the groups: a,b."),
+    add_group: list[str] = typer.Option([], "--add-group", help="Add a group."),
+    remove_group: list[str] = typer.Option([], "--remove-group", help="Remove a group."),
+    password: str | None = typer.Option(None, "--password", help="Set a new password."),
+    clear_password: bool = typer.Option(
+        False, "--clear-password", help="Remove the password (no OpenPAI-style login)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the change; write nothing."),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Change a user (admins): only the settings given change."""
+    if password is not None and clear_password:
+        raise typer.BadParameter("give --password or --clear-password, not both")
+    sdk = client()
+    patch: dict[str, object] = {}
+    if admin is not None:
+        patch["admin"] = admin
+    if groups is not None or add_group or remove_group:
+        if groups is not None:
+            names = [g.strip() for g in groups.split(",") if g.strip()]
+        else:
+            names = next((u["groups"] for u in sdk.users() if u["name"] == name), [])
+        names += [g for g in add_group if g not in names]
+        patch["groups"] = [g for g in names if g not in remove_group]
+    if password is not None or clear_password:
+        patch["password"] = password
+    if not patch:
+        raise fail(
+            f"nothing to change: give at least one setting (see `shoal user update {name} --help`)"
+        )
+    result = sdk.patch_user(name, patch, dry_run=dry_run)
+    if output is OutputFormat.JSON:
+        print_json(result)
+        return
+    print_changes(f"user {name}", result, str)
+
+
 @user_app.command("delete")
 @api_errors
-def delete_user(name: str) -> None:
-    """Delete a user and revoke all their tokens."""
-    client().delete_user(name)
-    console.print(f"user {name} deleted")
+def delete_user(
+    name: str,
+    stop_jobs: bool = typer.Option(
+        False, "--stop-jobs", help="Stop the user's active jobs first (else they block it)."
+    ),
+) -> None:
+    """Delete a user and revoke all their tokens; their finished jobs stay listed."""
+    result = client().delete_user(name, stop_jobs=stop_jobs)
+    stopped = (result or {}).get("stoppedJobs") or []
+    suffix = f"; stopped job(s) {', '.join(stopped)}" if stopped else ""
+    console.print(f"user {name} deleted{suffix}", markup=False)
 
 
 @token_app.command("create")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -10,40 +9,9 @@ from rich.table import Table
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, print_json
 from shoal.cli.render import console
-from shoal.spec import units
+from shoal.cli.vc_update import describe_amounts, parse_resources, update_command
 
 vc_app = typer.Typer(help="Virtual clusters: teams' guaranteed shares.", no_args_is_help=True)
-
-RESOURCE_HINT = "write e.g. gpu=4,gpu.A100=2,cpu=16,memory=64Gi"
-
-
-def parse_resources(text: str | None, option: str) -> dict[str, float] | None:
-    """``gpu=4,cpu=16,memory=64Gi`` → {"gpu": 4, "cpu": 16, "memory_mib": 65536}."""
-    if text is None:
-        return None
-    parsed: dict[str, float] = {}
-    for item in text.split(","):
-        key, sep, value = item.strip().partition("=")
-        try:
-            if not sep:
-                raise ValueError(f"{item!r} is not NAME=VALUE")
-            if key == "gpu":
-                parsed["gpu"] = int(value)
-            elif key == "cpu":
-                parsed["cpu"] = units.cpu_millis(float(value)) / 1000
-            elif key.startswith("gpu."):
-                parsed[key] = int(value)
-            elif key == "memory":
-                parsed["memory_mib"] = units.memory_mib(
-                    value if not value.isdigit() else int(value)
-                )
-            else:
-                raise ValueError(f"unknown resource {key!r} (use gpu, gpu.TYPE, cpu, memory)")
-        except ValueError as exc:
-            raise typer.BadParameter(f"{exc}; {RESOURCE_HINT}", param_hint=option) from None
-        if parsed.get(key if key != "memory" else "memory_mib", 0) < 0:
-            raise typer.BadParameter(f"{key} must be >= 0", param_hint=option)
-    return parsed
 
 
 def _settings(
@@ -52,6 +20,7 @@ def _settings(
     members: str | None,
     user_gpu_cap: int | None,
     preempt_within: bool,
+    strict_fifo: bool,
     description: str,
 ) -> dict[str, Any]:
     g = parse_resources(guarantee, "--guarantee") or {}
@@ -67,8 +36,13 @@ def _settings(
         "borrow_gpu": None if b is None or "gpu" not in b else int(b["gpu"]),
         "user_gpu_cap": user_gpu_cap,
         "preempt_within": preempt_within,
-        "members": [m for m in (members or "").split(",") if m],
+        "strict_fifo": strict_fifo,
+        "members": _names(members),
     }
+
+
+def _names(text: str | None) -> list[str]:
+    return [m.strip() for m in (text or "").split(",") if m.strip()]
 
 
 GUARANTEE = typer.Option(None, "--guarantee", help="e.g. gpu=4,cpu=16,memory=64Gi")
@@ -80,38 +54,35 @@ PREEMPT = typer.Option(
     "--preempt-within/--no-preempt-within",
     help="Higher priority classes may preempt lower ones in this VC.",
 )
+STRICT_FIFO = typer.Option(
+    False,
+    "--strict-fifo/--no-strict-fifo",
+    help="Strict FIFO: no later job of the VC starts while an earlier one waits.",
+)
 DESCRIPTION = typer.Option("", "--description")
 
 
-def _save_command(create: bool) -> Callable[..., None]:
-    """`vc create` and `vc update` take the same settings; only the verb differs."""
-
-    @api_errors
-    def command(
-        name: str,
-        guarantee: str | None = GUARANTEE,
-        borrow_limit: str | None = BORROW,
-        members: str | None = MEMBERS,
-        user_gpu_cap: int | None = USER_CAP,
-        preempt_within: bool = PREEMPT,
-        description: str = DESCRIPTION,
-    ) -> None:
-        settings = _settings(
-            guarantee, borrow_limit, members, user_gpu_cap, preempt_within, description
-        )
-        client().save_vc(name, settings, create=create)
-        console.print(f"virtual cluster {name} {'created' if create else 'updated'}")
-
-    command.__doc__ = (
-        "Create a virtual cluster (admins)."
-        if create
-        else "Change a virtual cluster live (admins); settings not given are reset to defaults."
+@vc_app.command("create")
+@api_errors
+def create(
+    name: str,
+    guarantee: str | None = GUARANTEE,
+    borrow_limit: str | None = BORROW,
+    members: str | None = MEMBERS,
+    user_gpu_cap: int | None = USER_CAP,
+    preempt_within: bool = PREEMPT,
+    strict_fifo: bool = STRICT_FIFO,
+    description: str = DESCRIPTION,
+) -> None:
+    """Create a virtual cluster (admins)."""
+    settings = _settings(
+        guarantee, borrow_limit, members, user_gpu_cap, preempt_within, strict_fifo, description
     )
-    return command
+    client().save_vc(name, settings, create=True)
+    console.print(f"virtual cluster {name} created")
 
 
-vc_app.command("create")(_save_command(create=True))
-vc_app.command("update")(_save_command(create=False))
+vc_app.command("update")(update_command)
 
 
 @vc_app.command("list")
@@ -123,27 +94,26 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
         print_json(rows)
         return
     table = Table(show_edge=False, pad_edge=False)
-    for column in (
-        "vc",
-        "guaranteed gpu/cpu",
-        "borrow limit",
-        "used gpu/cpu",
-        "user cap",
-        "members",
-    ):
-        table.add_column(column)
+    columns = ("vc", "guarantee", "borrow limit", "used", "user cap", "queue", "members")
+    for column in columns:
+        table.add_column(column, overflow="fold")
     for vc in rows:
-        g, u, b = vc["guarantee"], vc["used"], vc["borrowLimit"]
-        limit = "any idle" if b is None else f"{b['gpu']:g} gpu"
+        used = vc["used"]
         table.add_row(
             vc["name"],
-            f"{g['gpu']:g} / {g['cpu']:g}",
-            limit,
-            f"{u['gpu']:g} / {u['cpu']:g}",
-            str(vc["userGpuCap"] or "-"),
-            ",".join(vc["members"]) or "all",
+            describe_amounts(vc["guarantee"], vc["gpuByType"]),
+            "any idle" if vc["borrowLimit"] is None else describe_amounts(vc["borrowLimit"]),
+            describe_amounts(used) if any(used.values()) else "-",
+            "-" if vc["userGpuCap"] is None else str(vc["userGpuCap"]),
+            "fifo" if vc.get("strictFifo") else "priority",
+            ",".join(m for m in vc["members"] if m != "*") or "everyone",
         )
     console.print(table)
+    console.print(
+        "amounts are gpu/cpu/memory; -: not limited; queue fifo: strict FIFO",
+        style="dim",
+        highlight=False,
+    )
 
 
 @vc_app.command()

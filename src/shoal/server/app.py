@@ -17,7 +17,7 @@ from shoal import __version__
 from shoal.server.auth import ensure_token_file
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
-from shoal.server.routers import agent, jobs, openpai, system, users, vcs
+from shoal.server.routers import agent, jobs, openpai, system, usage, users, vcs
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, sqlite_url
 
@@ -68,6 +68,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(vcs.router)
     app.include_router(users.router)
     app.include_router(openpai.router)
+    app.include_router(usage.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

@@ -82,6 +82,15 @@ class TaskOut(BaseModel):
     usage: dict[str, Any]
 
 
+class Accounting(BaseModel):
+    """A job's use, like Slurm's ``sacct``: see docs/scheduling.md#accounting."""
+
+    elapsedS: float = Field(description="First task start to last task end (or now).")
+    gpuHours: float = Field(description="Sum over task attempts of GPUs x run time.")
+    cpuSeconds: float = Field(description="CPU time of the tasks' process trees.")
+    peakMemoryMiB: float = Field(description="Largest resident memory of one task.")
+
+
 class JobSummary(BaseModel):
     id: str
     name: str
@@ -98,6 +107,9 @@ class JobSummary(BaseModel):
     exitClass: str | None
     exitCode: int | None
     pending: PendingReasonOut | None = None
+    accounting: Accounting | None = Field(
+        None, description="What the job used so far (all its attempts)."
+    )
 
 
 class JobDetail(JobSummary):
@@ -259,18 +271,58 @@ class VirtualClusterIn(BaseModel):
     borrow_gpu: int | None = Field(None, ge=0, description="None: may borrow any idle GPUs.")
     user_gpu_cap: int | None = Field(None, ge=0, description="GPUs one user may hold in it.")
     preempt_within: bool = Field(True, description="Higher classes may preempt lower ones.")
+    strict_fifo: bool = Field(False, description="No job of the VC passes one that waits.")
     members: list[str] = Field(default_factory=list, description="Users and groups.")
+
+
+class VirtualClusterPatch(BaseModel):
+    """The settings to change; a field left out stays as it is, an explicit null returns it
+    to its default (not limited, no cap, open to everyone ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str | None = None
+    guarantee_cpu: float | None = Field(None, ge=0)
+    guarantee_memory_mib: int | None = Field(None, ge=0)
+    guarantee_gpu: int | None = Field(None, ge=0)
+    guarantee_gpu_by_type: dict[str, int] | None = None
+    borrow_cpu: float | None = Field(None, ge=0)
+    borrow_memory_mib: int | None = Field(None, ge=0)
+    borrow_gpu: int | None = Field(None, ge=0)
+    user_gpu_cap: int | None = Field(None, ge=0)
+    preempt_within: bool | None = None
+    strict_fifo: bool | None = None
+    members: list[str] | None = None
+
+
+class FieldChange(BaseModel):
+    field: str
+    before: Any
+    after: Any
+
+
+class ChangeResult(BaseModel):
+    """An edit's effect: the settings before and after, and what differs."""
+
+    name: str
+    dryRun: bool
+    before: dict[str, Any]
+    after: dict[str, Any]
+    changes: list[FieldChange]
 
 
 class VirtualClusterOut(BaseModel):
     name: str
     description: str
-    guarantee: dict[str, float]
+    guarantee: dict[str, float | None] = Field(description="null: that resource is not limited.")
     gpuByType: dict[str, int]
-    borrowLimit: dict[str, float] | None
+    borrowLimit: dict[str, float | None] | None = Field(
+        description="null: may borrow any idle capacity (per resource: any of that resource)."
+    )
     used: dict[str, float]
     userGpuCap: int | None
     preemptWithin: bool
+    strictFifo: bool = False
     members: list[str]
     clusterTotal: dict[str, float]
 
@@ -285,6 +337,39 @@ class UserIn(BaseModel):
     admin: bool = False
     groups: list[str] = Field(default_factory=list)
     password: str | None = Field(None, description="For OpenPAI-style basic login.")
+
+
+class UserPatch(BaseModel):
+    """The user's settings to change; a field left out stays, ``password: null`` removes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    admin: bool | None = None
+    groups: list[str] | None = None
+    password: str | None = Field(None, description="For OpenPAI-style basic login.")
+
+
+class UserDeleted(BaseModel):
+    name: str
+    stoppedJobs: list[str] = Field(description="Active jobs stopped first (with stopJobs).")
+
+
+class UsageRow(BaseModel):
+    key: str = Field(description="The user or virtual cluster.")
+    jobs: int
+    gpuHours: float
+    cpuHours: float
+    elapsedHours: float
+    peakMemoryMiB: float
+
+
+class UsageReport(BaseModel):
+    by: Literal["user", "vc"]
+    sinceS: float | None = Field(description="The window in seconds (null: all time).")
+    scope: Literal["everyone", "own"] = Field(
+        description="`own`: a non-admin sees only their own jobs' usage."
+    )
+    rows: list[UsageRow]
 
 
 class UserOut(BaseModel):

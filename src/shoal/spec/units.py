@@ -81,6 +81,17 @@ def duration_seconds(value: object) -> int:
     raise ValueError(f"must be a duration, got {value!r}")
 
 
+def parse_duration(text: str, what: str = "duration") -> int:
+    """Seconds from ``3600``, ``30d``, ``12h``, ``10m``, ``1d12h`` (the one parser for ``--since``
+    and friends); ValueError naming ``what`` and the forms it takes."""
+    value = text.strip()
+    try:
+        seconds = int(value) if value.isdigit() else duration_seconds(value)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not a duration: {DURATION_HINT}") from None
+    return seconds
+
+
 def format_memory(mib: int) -> str:
     if mib % 1024 == 0 and mib >= 1024:
         return f"{mib // 1024}Gi"

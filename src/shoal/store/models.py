@@ -160,6 +160,7 @@ class VirtualClusterRow(Base):
     borrow_gpu: Mapped[int | None] = mapped_column(Integer, nullable=True)
     user_gpu_cap: Mapped[int | None] = mapped_column(Integer, nullable=True)
     preempt_within: Mapped[bool] = mapped_column(Boolean, default=True)
+    strict_fifo: Mapped[bool] = mapped_column(Boolean, default=False)
     members: Mapped[list[Any]] = mapped_column(JSON, default=list)  # user and group names
     gpu_by_type: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # type -> GPUs
     created_at: Mapped[float] = mapped_column(Float)

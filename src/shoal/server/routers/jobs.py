@@ -23,6 +23,7 @@ from shoal.server.schemas import (
     SubmittedJob,
 )
 from shoal.server.services import jobs as job_service
+from shoal.server.services.accounting import job_accounts
 from shoal.server.services.logs import read_chunk
 from shoal.server.services.snapshot import load_snapshot, request_of
 from shoal.server.services.views import job_detail, job_events, job_summary
@@ -66,7 +67,12 @@ def list_jobs(
     if state:
         query = query.where(Job.state.in_(state))
     with ctx.db.read() as session:
-        return [job_summary(job, ctx.positions.get(job.id)) for job in session.scalars(query)]
+        found = list(session.scalars(query))
+        accounts = job_accounts(session, found, ctx.clock())
+        summaries = [job_summary(job, ctx.positions.get(job.id)) for job in found]
+    for summary in summaries:
+        summary.accounting = accounts[summary.id]
+    return summaries
 
 
 @router.get("/{job}", response_model=JobDetail)
@@ -74,7 +80,9 @@ def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
     """One job with its current attempt's tasks. ``job`` is an id or a name."""
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
-        return job_detail(session, found, ctx.positions.get(found.id))
+        detail = job_detail(session, found, ctx.positions.get(found.id))
+        detail.accounting = job_accounts(session, [found], ctx.clock())[found.id]
+        return detail
 
 
 @router.get("/{job}/pending-reason", response_model=PendingDetail)

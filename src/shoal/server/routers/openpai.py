@@ -4,6 +4,7 @@ locations. Times are epoch milliseconds, as OpenPAI's were."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -234,22 +235,24 @@ def log_locations(
 
 
 def _pai_vc(vc: VirtualClusterOut) -> dict[str, Any]:
-    def resources(v: dict[str, float]) -> dict[str, float]:
+    total = vc.clusterTotal
+
+    def resources(v: Mapping[str, float | None]) -> dict[str, float]:
+        amounts = {k: total[k] if v[k] is None else v[k] for k in ("cpu", "memoryMiB", "gpu")}
         return {
-            "cpu": v["cpu"],
-            "memory": v["memoryMiB"],
-            "gpu": v["gpu"],
-            "vCores": v["cpu"],
-            "GPUs": v["gpu"],
+            "cpu": amounts["cpu"] or 0.0,
+            "memory": amounts["memoryMiB"] or 0.0,
+            "gpu": amounts["gpu"] or 0.0,
+            "vCores": amounts["cpu"] or 0.0,
+            "GPUs": amounts["gpu"] or 0.0,
         }
 
-    total = vc.clusterTotal
-    share = 100.0 * vc.guarantee["gpu"] / total["gpu"] if total["gpu"] else 0.0
+    share = 100.0 * (vc.guarantee["gpu"] or 0.0) / total["gpu"] if total["gpu"] else 0.0
     used = 100.0 * vc.used["gpu"] / total["gpu"] if total["gpu"] else 0.0
     limit = vc.borrowLimit
     max_share = (
         100.0
-        if limit is None
+        if limit is None or limit["gpu"] is None
         else min(100.0, share + (100.0 * limit["gpu"] / total["gpu"] if total["gpu"] else 0.0))
     )
     return {

@@ -4,13 +4,25 @@
 from __future__ import annotations
 
 import json
+from typing import Annotated
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.schemas import Me, NewToken, NewUser, TokenIn, TokenOut, UserIn, UserOut
+from shoal.server.schemas import (
+    ChangeResult,
+    Me,
+    NewToken,
+    NewUser,
+    TokenIn,
+    TokenOut,
+    UserDeleted,
+    UserIn,
+    UserOut,
+    UserPatch,
+)
 from shoal.server.services import users
 
 router = APIRouter(tags=["users"])
@@ -31,9 +43,29 @@ def list_users(ctx: Context, caller: Caller) -> list[UserOut]:
     return users.list_users(ctx, caller)
 
 
-@router.delete("/api/v1/users/{name}", status_code=204)
-def delete_user(name: str, ctx: Context, caller: Caller) -> None:
-    users.delete_user(ctx, caller, name)
+@router.patch("/api/v1/users/{name}", response_model=ChangeResult)
+def patch_user(
+    name: str,
+    body: UserPatch,
+    ctx: Context,
+    caller: Caller,
+    dry_run: Annotated[bool, Query(alias="dryRun")] = False,
+) -> ChangeResult:
+    """Change only the settings given (admins); ``password: null`` removes the password.
+    ``dryRun=true`` answers the same and writes nothing."""
+    return users.patch_user(ctx, caller, name, body, dry_run=dry_run)
+
+
+@router.delete("/api/v1/users/{name}", response_model=UserDeleted)
+def delete_user(
+    name: str,
+    ctx: Context,
+    caller: Caller,
+    stop_jobs: Annotated[bool, Query(alias="stopJobs")] = False,
+) -> UserDeleted:
+    """Delete a user and revoke their tokens (admins). Active jobs make it a 409 unless
+    ``stopJobs=true``, which stops them first; finished jobs stay under the user's name."""
+    return UserDeleted(name=name, stoppedJobs=users.delete_user(ctx, caller, name, stop_jobs))
 
 
 @router.get("/api/v1/me", response_model=Me)

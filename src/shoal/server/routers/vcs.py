@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.schemas import VirtualClusterIn, VirtualClusterOut
+from shoal.server.schemas import (
+    ChangeResult,
+    VirtualClusterIn,
+    VirtualClusterOut,
+    VirtualClusterPatch,
+)
 from shoal.server.services import vcs
 from shoal.server.services.users import require_admin
 
@@ -47,8 +54,26 @@ def create_vc(name: str, body: VirtualClusterIn, ctx: Context, caller: Caller) -
     return get_vc(name, ctx, caller)
 
 
+@router.patch("/{name}", response_model=ChangeResult)
+def patch_vc(
+    name: str,
+    body: VirtualClusterPatch,
+    ctx: Context,
+    caller: Caller,
+    dry_run: Annotated[bool, Query(alias="dryRun")] = False,
+) -> ChangeResult:
+    """Change only the settings given (null: back to the default, e.g. no borrowing limit);
+    checked like a creation. ``dryRun=true`` answers the same and writes nothing."""
+    _admin(caller)
+    return vcs.patch(ctx, name, body, dry_run=dry_run)
+
+
 @router.put("/{name}", response_model=VirtualClusterOut)
-def update_vc(name: str, body: VirtualClusterIn, ctx: Context, caller: Caller) -> VirtualClusterOut:
+def replace_vc(
+    name: str, body: VirtualClusterIn, ctx: Context, caller: Caller
+) -> VirtualClusterOut:
+    """Replace every setting: those not given return to their defaults. To change some
+    settings only, use PATCH."""
     _admin(caller)
     vcs.upsert(ctx, name, body, create=False)
     return get_vc(name, ctx, caller)

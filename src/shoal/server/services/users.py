@@ -9,12 +9,16 @@ import hmac
 import re
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
 
 from shoal.server.auth import ADMIN_USER, Principal, hash_token, new_token
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.schemas import TokenOut, UserIn, UserOut
-from shoal.store.models import Token, User
+from shoal.server.schemas import ChangeResult, FieldChange, TokenOut, UserIn, UserOut, UserPatch
+from shoal.server.services import jobs as job_service
+from shoal.store.models import Job, Token, User
+
+ACTIVE_JOB_STATES = ("WAITING", "RUNNING", "STOPPING")
 
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SCRYPT = {"n": 2**14, "r": 8, "p": 1}
@@ -45,8 +49,7 @@ def create_user(ctx: ServerContext, caller: Principal, body: UserIn) -> tuple[Us
         raise ApiError(
             400, "InvalidParametersError", "user names are 1-64 letters, digits, '_', '.' or '-'"
         )
-    if body.password is not None and len(body.password) < 6:
-        raise ApiError(400, "InvalidParametersError", "passwords have at least 6 characters")
+    _check_password(body.password)
     now = ctx.clock()
     token = new_token("shoal")
     with ctx.db.write() as session:
@@ -82,17 +85,119 @@ def list_users(ctx: ServerContext, caller: Principal) -> list[UserOut]:
         ]
 
 
-def delete_user(ctx: ServerContext, caller: Principal, name: str) -> None:
+def _check_password(password: str | None) -> None:
+    if password is not None and len(password) < 6:
+        raise ApiError(
+            400,
+            "InvalidParametersError",
+            "password: at least 6 characters; choose a longer one",
+            [{"path": "password", "message": "at least 6 characters"}],
+        )
+
+
+def _user_settings(user: User) -> dict[str, object]:
+    """What ``user update`` shows: never the password, only whether one is set."""
+    return {
+        "admin": user.is_admin,
+        "groups": list(user.groups),
+        "password": "set" if user.password_hash else "none",
+    }
+
+
+def patch_user(
+    ctx: ServerContext, caller: Principal, name: str, body: UserPatch, dry_run: bool = False
+) -> ChangeResult:
+    """Change only the settings given; ``password: null`` removes the password."""
+    require_admin(caller)
+    fields = body.model_fields_set
+    if "admin" in fields and body.admin is None:
+        raise ApiError(
+            400, "InvalidParametersError", "admin is true or false; null cannot clear it"
+        )
+    if body.admin is False and name in (ADMIN_USER, caller.user):
+        raise ApiError(
+            400,
+            "InvalidParametersError",
+            f"admin: user {name} keeps admin rights (the built-in admin and yourself always do); "
+            "ask another admin",
+        )
+    _check_password(body.password)
+    session_of = ctx.db.read if dry_run else ctx.db.write
+    with session_of() as session:
+        user = session.scalar(select(User).where(User.name == name))
+        if user is None:
+            raise ApiError(404, "NoUserError", f"no user {name!r}; see `shoal user list`")
+        before = _user_settings(user)
+        after = dict(before)
+        if "admin" in fields:
+            after["admin"] = bool(body.admin)
+        if "groups" in fields:
+            after["groups"] = [g for g in dict.fromkeys(body.groups or []) if g]
+        if "password" in fields:
+            after["password"] = "none" if body.password is None else "changed"
+        changes = [
+            FieldChange(field=k, before=before[k], after=after[k])
+            for k in before
+            if before[k] != after[k]
+        ]
+        if not dry_run:
+            user.is_admin = bool(after["admin"])
+            user.groups = list(after["groups"])  # type: ignore[call-overload]
+            if "password" in fields:
+                user.password_hash = None if body.password is None else hash_password(body.password)
+    return ChangeResult(name=name, dryRun=dry_run, before=before, after=after, changes=changes)
+
+
+def delete_user(
+    ctx: ServerContext, caller: Principal, name: str, stop_jobs: bool = False
+) -> list[str]:
+    """Delete a user and revoke their tokens; returns the jobs stopped. Their active jobs block
+    it (409) unless ``stop_jobs``. Finished jobs stay listed under the user's name."""
     require_admin(caller)
     if name in (ADMIN_USER, caller.user):
         raise ApiError(400, "InvalidParametersError", f"user {name} cannot be deleted")
     with ctx.db.write() as session:
         user = session.scalar(select(User).where(User.name == name))
         if user is None:
-            raise ApiError(404, "NoUserError", f"no user {name!r}")
+            raise ApiError(404, "NoUserError", f"no user {name!r}; see `shoal user list`")
+        active = [row.id for row in session.execute(_active_jobs(name))]
+        if active and not stop_jobs:
+            raise _has_active_jobs(session, name)
         for token in session.scalars(select(Token).where(Token.user_id == user.id)):
-            token.revoked_at = ctx.clock()
-        session.delete(user)
+            token.revoked_at = token.revoked_at or ctx.clock()
+        if not active:
+            session.delete(user)
+    if not active:
+        return []
+    # Their tokens are revoked, so no new job can come; stop the active ones, then delete.
+    for job_id in active:
+        job_service.stop(ctx, caller, job_id)
+    with ctx.db.write() as session:
+        user = session.scalar(select(User).where(User.name == name))
+        if user is not None:
+            session.delete(user)
+    return active
+
+
+def _has_active_jobs(session: Session, name: str) -> ApiError:
+    active = list(session.execute(_active_jobs(name)))
+    listed = ", ".join(f"{j.id} ({j.name}, {j.state})" for j in active[:10])
+    more = f" and {len(active) - 10} more" if len(active) > 10 else ""
+    return ApiError(
+        409,
+        "ConflictUserError",
+        f"user {name} has {len(active)} active job(s): {listed}{more}; stop them first, "
+        "or delete with --stop-jobs (API: ?stopJobs=true)",
+        [{"path": "jobs", "message": f"job {j.id} is {j.state}"} for j in active],
+    )
+
+
+def _active_jobs(name: str) -> Select[str, str, str]:
+    return (
+        select(Job.id, Job.name, Job.state)
+        .where(Job.user == name, Job.state.in_(ACTIVE_JOB_STATES))
+        .order_by(Job.seq)
+    )
 
 
 def create_token(

@@ -1,10 +1,17 @@
 """Virtual clusters: created, changed and deleted live (no restart), checked against the cluster.
 
 The ``default`` VC always exists and is open to everyone; its guarantee is whatever the other VCs
-do not guarantee, so together the guarantees never exceed the cluster.
+do not guarantee, so together the guarantees never exceed the cluster. Its other settings
+(borrowing limit, user cap, preemption, strict FIFO, description) can be changed like any VC's.
+
+Changes are patches: only the settings named change (``patch``); ``PUT`` is a full replace,
+a patch that names every setting.
 """
 
 from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -13,7 +20,13 @@ from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import NodeState, VirtualCluster
 from shoal.core.states import State
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.schemas import VirtualClusterIn, VirtualClusterOut
+from shoal.server.schemas import (
+    ChangeResult,
+    FieldChange,
+    VirtualClusterIn,
+    VirtualClusterOut,
+    VirtualClusterPatch,
+)
 from shoal.server.services.nodes import HOLDING, load_nodes
 from shoal.store.models import Job, Task, VirtualClusterRow
 
@@ -21,6 +34,7 @@ DEFAULT_VC = "default"
 
 
 UNLIMITED = 1 << 40
+UNLIMITED_GPU = 1 << 30
 _ALL_ROWS = select(VirtualClusterRow).order_by(VirtualClusterRow.name)
 
 
@@ -44,9 +58,9 @@ def _borrow(row: VirtualClusterRow) -> ResourceVector | None:
     if row.borrow_gpu is None and row.borrow_cpu_millis is None and row.borrow_memory_mib is None:
         return None
     return ResourceVector(
-        row.borrow_cpu_millis if row.borrow_cpu_millis is not None else 1 << 40,
-        row.borrow_memory_mib if row.borrow_memory_mib is not None else 1 << 40,
-        row.borrow_gpu if row.borrow_gpu is not None else 1 << 30,
+        row.borrow_cpu_millis if row.borrow_cpu_millis is not None else UNLIMITED,
+        row.borrow_memory_mib if row.borrow_memory_mib is not None else UNLIMITED,
+        row.borrow_gpu if row.borrow_gpu is not None else UNLIMITED_GPU,
     )
 
 
@@ -75,6 +89,7 @@ def load_virtual_clusters(
         _borrow(default_row) if default_row else None,
         default_row.user_gpu_cap if default_row else None,
         default_row.preempt_within if default_row else True,
+        strict_fifo=default_row.strict_fifo if default_row else False,
     )
     return (
         default,
@@ -86,6 +101,7 @@ def load_virtual_clusters(
                 r.user_gpu_cap,
                 r.preempt_within,
                 tuple(sorted((r.gpu_by_type or {}).items())),
+                r.strict_fifo,
             )
             for r in named
         ),
@@ -137,40 +153,151 @@ def _gpus_by_type(session: Session) -> dict[str, int]:
     return counts
 
 
-def upsert(ctx: ServerContext, name: str, body: VirtualClusterIn, create: bool) -> None:
-    if name == DEFAULT_VC and (
-        body.guarantee_cpu is not None
-        or body.guarantee_memory_mib is not None
-        or body.guarantee_gpu
-    ):
+SETTINGS = tuple(VirtualClusterIn.model_fields)
+DEFAULTS: dict[str, Any] = VirtualClusterIn().model_dump()
+GUARANTEE_SETTINGS = frozenset(
+    ("guarantee_cpu", "guarantee_memory_mib", "guarantee_gpu", "guarantee_gpu_by_type")
+)
+FIXED_FOR_DEFAULT = GUARANTEE_SETTINGS | {"members"}
+NOT_CLEARABLE = frozenset(("preempt_within", "strict_fifo"))
+
+
+def settings_of(row: VirtualClusterRow | None) -> dict[str, Any]:
+    """A VC's settings as the API takes them (the defaults for a ``default`` with no row)."""
+    if row is None:
+        return dict(DEFAULTS)
+
+    def cores(millis: int | None) -> float | None:
+        return None if millis is None else millis / 1000
+
+    return {
+        "description": row.description,
+        "guarantee_cpu": cores(row.guarantee_cpu_millis),
+        "guarantee_memory_mib": row.guarantee_memory_mib,
+        "guarantee_gpu": row.guarantee_gpu,
+        "guarantee_gpu_by_type": dict(row.gpu_by_type or {}),
+        "borrow_cpu": cores(row.borrow_cpu_millis),
+        "borrow_memory_mib": row.borrow_memory_mib,
+        "borrow_gpu": row.borrow_gpu,
+        "user_gpu_cap": row.user_gpu_cap,
+        "preempt_within": row.preempt_within,
+        "strict_fifo": row.strict_fifo,
+        "members": list(row.members),
+    }
+
+
+def _write(row: VirtualClusterRow, settings: dict[str, Any]) -> None:
+    def millis(cores: float | None) -> int | None:
+        return None if cores is None else round(cores * 1000)
+
+    row.description = settings["description"]
+    row.guarantee_cpu_millis = millis(settings["guarantee_cpu"])
+    row.guarantee_memory_mib = settings["guarantee_memory_mib"]
+    row.guarantee_gpu = settings["guarantee_gpu"]
+    row.gpu_by_type = dict(settings["guarantee_gpu_by_type"])
+    row.borrow_cpu_millis = millis(settings["borrow_cpu"])
+    row.borrow_memory_mib = settings["borrow_memory_mib"]
+    row.borrow_gpu = settings["borrow_gpu"]
+    row.user_gpu_cap = settings["user_gpu_cap"]
+    row.preempt_within = settings["preempt_within"]
+    row.strict_fifo = settings["strict_fifo"]
+    row.members = list(settings["members"])
+
+
+def _patched(before: dict[str, Any], body: VirtualClusterPatch) -> dict[str, Any]:
+    """``before`` with the fields ``body`` names; an explicit null restores the default."""
+    after = dict(before)
+    for name in sorted(body.model_fields_set):
+        value = getattr(body, name)
+        if value is None and name in NOT_CLEARABLE:
+            raise ApiError(
+                400,
+                "InvalidParametersError",
+                f"{name} is true or false; null cannot clear it",
+                [{"path": name, "message": "give true or false"}],
+            )
+        after[name] = DEFAULTS[name] if value is None else value
+    for gpu_type, count in after["guarantee_gpu_by_type"].items():
+        if count < 0:
+            raise ApiError(
+                400,
+                "InvalidParametersError",
+                f"guarantee_gpu_by_type.{gpu_type} is {count}; give a count >= 0",
+                [{"path": f"guarantee_gpu_by_type.{gpu_type}", "message": "must be >= 0"}],
+            )
+    return after
+
+
+def _refuse_fixed_default_settings(before: dict[str, Any], after: dict[str, Any]) -> None:
+    fixed = sorted(f for f in FIXED_FOR_DEFAULT if after[f] != before[f])
+    if fixed:
         raise ApiError(
             400,
             "InvalidParametersError",
-            "the default VC's guarantee is what the other VCs leave; set theirs",
+            f"the default VC's {', '.join(fixed)} cannot change: its guarantee is what the "
+            "other VCs leave (change theirs) and it is open to everyone (make a new VC "
+            "with members instead)",
+            [{"path": f, "message": "fixed for the default VC"} for f in fixed],
         )
-    cpu = None if body.guarantee_cpu is None else round(body.guarantee_cpu * 1000)
-    wanted = ResourceVector(cpu or 0, body.guarantee_memory_mib or 0, body.guarantee_gpu)
-    with ctx.db.write() as session:
+
+
+def _session(ctx: ServerContext, dry_run: bool) -> AbstractContextManager[Session]:
+    """A dry run only reads: it can never write, whatever happens below."""
+    return ctx.db.read() if dry_run else ctx.db.write()
+
+
+def patch(
+    ctx: ServerContext,
+    name: str,
+    body: VirtualClusterPatch,
+    dry_run: bool = False,
+    create: bool = False,
+) -> ChangeResult:
+    """Change only the settings ``body`` names, checked like a creation; ``dry_run``: compute
+    the answer, write nothing."""
+    with _session(ctx, dry_run) as session:
         row = session.get(VirtualClusterRow, name)
-        if create and row is not None:
+        if create and (row is not None or name == DEFAULT_VC):
             raise ApiError(409, "ConflictVirtualClusterError", f"virtual cluster {name} exists")
-        if not create and row is None:
-            raise ApiError(404, "NoVirtualClusterError", f"no virtual cluster {name!r}")
-        _check_total(session, name, wanted, dict(body.guarantee_gpu_by_type))
-        if row is None:
-            row = VirtualClusterRow(name=name, created_at=ctx.clock())
-            session.add(row)
-        row.description = body.description
-        row.guarantee_cpu_millis, row.guarantee_memory_mib = cpu, body.guarantee_memory_mib
-        row.guarantee_gpu = body.guarantee_gpu
-        row.borrow_cpu_millis = None if body.borrow_cpu is None else round(body.borrow_cpu * 1000)
-        row.borrow_memory_mib = body.borrow_memory_mib
-        row.borrow_gpu = body.borrow_gpu
-        row.user_gpu_cap = body.user_gpu_cap
-        row.preempt_within = body.preempt_within
-        row.members = list(body.members)
-        row.gpu_by_type = dict(body.guarantee_gpu_by_type)
-    ctx.wake_scheduler()
+        if not create and row is None and name != DEFAULT_VC:
+            raise ApiError(
+                404,
+                "NoVirtualClusterError",
+                f"no virtual cluster {name!r}; see `shoal vc list` or create it",
+            )
+        before = settings_of(row)
+        after = _patched(before, body)
+        if name == DEFAULT_VC:
+            _refuse_fixed_default_settings(before, after)
+        elif create or any(after[f] != before[f] for f in GUARANTEE_SETTINGS):
+            cpu = after["guarantee_cpu"]
+            wanted = ResourceVector(
+                0 if cpu is None else round(cpu * 1000),
+                after["guarantee_memory_mib"] or 0,
+                after["guarantee_gpu"],
+            )
+            _check_total(session, name, wanted, dict(after["guarantee_gpu_by_type"]))
+        changes = [
+            FieldChange(field=f, before=before[f], after=after[f])
+            for f in SETTINGS
+            if before[f] != after[f]
+        ]
+        if not dry_run and (changes or create):
+            if row is None:
+                row = VirtualClusterRow(name=name, created_at=ctx.clock())
+                session.add(row)
+            _write(row, after)
+    if not dry_run and changes:
+        ctx.wake_scheduler()
+    if name == DEFAULT_VC:
+        before = {k: v for k, v in before.items() if k not in FIXED_FOR_DEFAULT}
+        after = {k: v for k, v in after.items() if k not in FIXED_FOR_DEFAULT}
+    return ChangeResult(name=name, dryRun=dry_run, before=before, after=after, changes=changes)
+
+
+def upsert(ctx: ServerContext, name: str, body: VirtualClusterIn, create: bool) -> None:
+    """Create a VC, or replace every setting of one (``PUT``: what is not given is reset)."""
+    patch(ctx, name, VirtualClusterPatch(**body.model_dump()), create=create)
 
 
 def delete(ctx: ServerContext, name: str) -> None:
@@ -228,17 +355,27 @@ def describe_all(ctx: ServerContext) -> list[VirtualClusterOut]:
         VirtualClusterOut(
             name=vc.name,
             description=rows[vc.name].description if vc.name in rows else "everyone's share",
-            guarantee=_vector_out(vc.guarantee),
+            guarantee=_limit_out(vc.guarantee),
             gpuByType=dict(vc.gpu_by_type),
-            borrowLimit=None if vc.borrow_limit is None else _vector_out(vc.borrow_limit),
+            borrowLimit=None if vc.borrow_limit is None else _limit_out(vc.borrow_limit),
             used=_vector_out(used.get(vc.name, ResourceVector())),
             userGpuCap=vc.user_gpu_cap,
             preemptWithin=vc.preempt_within,
-            members=list(rows[vc.name].members) if vc.name in rows else ["*"],
+            strictFifo=vc.strict_fifo,
+            members=["*"] if vc.name == DEFAULT_VC else list(rows[vc.name].members),
             clusterTotal=_vector_out(total),
         )
         for vc in vcs
     ]
+
+
+def _limit_out(vector: ResourceVector) -> dict[str, float | None]:
+    """A guarantee or a limit; null for a resource it does not limit (no sentinel numbers)."""
+    return {
+        "cpu": None if vector.cpu_millis >= UNLIMITED else vector.cpu_millis / 1000,
+        "memoryMiB": None if vector.memory_mib >= UNLIMITED else float(vector.memory_mib),
+        "gpu": None if vector.gpu >= UNLIMITED_GPU else float(vector.gpu),
+    }
 
 
 def _vector_out(vector: ResourceVector) -> dict[str, float]:

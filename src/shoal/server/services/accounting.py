@@ -1,0 +1,118 @@
+"""Accounting (Slurm's ``sacct``): what each job used, and sums per user or virtual cluster.
+
+Per job, over every task row of every job attempt (a task retried in place keeps one row, so
+only its last attempt counts):
+- elapsed: first task start to last task end (now, while a task still runs);
+- GPU-hours: the sum over tasks of GPUs x run time;
+- CPU seconds: the sum of the tasks' ``cpuSeconds`` (their process trees, sampled by the agent);
+- peak memory: the largest ``maxRssMiB`` of one task.
+
+``account`` is pure (the clock comes in as ``now``); the loaders do one query per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from shoal.server.schemas import Accounting, UsageRow
+from shoal.store.models import Job, Task
+
+ACTIVE = ("WAITING", "RUNNING", "STOPPING")
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One task row's part in the accounts."""
+
+    gpus: int
+    started_at: float | None
+    finished_at: float | None
+    usage: dict[str, Any]
+
+
+def account(tasks: Iterable[TaskRun], job_end: float | None, now: float) -> Accounting:
+    """A job's accounting; a started task with no end runs until ``job_end`` (the job's
+    completion) or, while the job is active, ``now``."""
+    first: float | None = None
+    last: float | None = None
+    gpu_seconds = cpu_seconds = peak = 0.0
+    for task in tasks:
+        cpu_seconds += float(task.usage.get("cpuSeconds", 0.0))
+        peak = max(peak, float(task.usage.get("maxRssMiB", 0.0)))
+        if task.started_at is None:
+            continue
+        end = task.finished_at if task.finished_at is not None else (job_end or now)
+        end = max(end, task.started_at)
+        gpu_seconds += task.gpus * (end - task.started_at)
+        first = task.started_at if first is None else min(first, task.started_at)
+        last = end if last is None else max(last, end)
+    elapsed = 0.0 if first is None or last is None else last - first
+    return Accounting(
+        elapsedS=round(elapsed, 3),
+        gpuHours=round(gpu_seconds / 3600, 6),
+        cpuSeconds=round(cpu_seconds, 3),
+        peakMemoryMiB=round(peak, 1),
+    )
+
+
+def _runs_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, list[TaskRun]]:
+    runs: dict[str, list[TaskRun]] = {job_id: [] for job_id in job_ids}
+    if not job_ids:
+        return runs
+    rows = session.execute(
+        select(Task.job_id, Task.gpu_indices, Task.started_at, Task.finished_at, Task.usage).where(
+            Task.job_id.in_(list(job_ids))
+        )
+    )
+    for job_id, gpus, started, finished, usage in rows:
+        runs[job_id].append(TaskRun(len(gpus or ()), started, finished, dict(usage or {})))
+    return runs
+
+
+def job_accounts(session: Session, jobs: Sequence[Job], now: float) -> dict[str, Accounting]:
+    """Each job's accounting, in one query."""
+    runs = _runs_by_job(session, [job.id for job in jobs])
+    return {
+        job.id: account(runs[job.id], None if job.state in ACTIVE else job.completed_at, now)
+        for job in jobs
+    }
+
+
+def usage(
+    session: Session, by: str, since_s: float | None, now: float, user: str | None = None
+) -> list[UsageRow]:
+    """Sums per user or VC over the jobs active at any time in the window (a job counts whole,
+    with all it used); ``user``: only that user's jobs."""
+    query = select(Job)
+    if since_s is not None:
+        query = query.where(or_(Job.completed_at.is_(None), Job.completed_at >= now - since_s))
+    if user is not None:
+        query = query.where(Job.user == user)
+    jobs = list(session.scalars(query))
+    accounts = job_accounts(session, jobs, now)
+    sums: dict[str, dict[str, float]] = {}
+    for job in jobs:
+        key = job.user if by == "user" else job.virtual_cluster
+        row = sums.setdefault(key, {"jobs": 0, "gpu": 0.0, "cpu": 0.0, "elapsed": 0.0, "mem": 0.0})
+        used = accounts[job.id]
+        row["jobs"] += 1
+        row["gpu"] += used.gpuHours
+        row["cpu"] += used.cpuSeconds / 3600
+        row["elapsed"] += used.elapsedS / 3600
+        row["mem"] = max(row["mem"], used.peakMemoryMiB)
+    return [
+        UsageRow(
+            key=key,
+            jobs=int(row["jobs"]),
+            gpuHours=round(row["gpu"], 6),
+            cpuHours=round(row["cpu"], 6),
+            elapsedHours=round(row["elapsed"], 6),
+            peakMemoryMiB=round(row["mem"], 1),
+        )
+        for key, row in sorted(sums.items(), key=lambda item: (-item[1]["gpu"], item[0]))
+    ]
