@@ -160,3 +160,13 @@ def test_bad_native_input(case: str) -> None:
     assert any(p.path == path and fragment in p.message for p in problems), [
         p.render() for p in problems
     ]
+
+
+def test_secret_references_stay_in_the_command_and_undeclared_ones_are_errors() -> None:
+    base = "version: 1\nname: s\nsecrets: {token: abc}\nroles:\n  a:\n    command: "
+    job = load_job_text(base + "'echo {{ secrets.token }}'").jobs[0]
+    assert job.roles[0].command == "echo {{ secrets.token }}" and job.secrets == {"token": "abc"}
+    with pytest.raises(SpecError) as caught:
+        load_job_text(base + "'echo {{ secrets.nope }}'")
+    (problem,) = caught.value.problems
+    assert problem.path == "roles.a.command" and "secrets.nope" in problem.message
