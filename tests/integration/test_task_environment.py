@@ -220,3 +220,39 @@ def test_a_missing_secret_is_refused_at_submit_naming_it(cluster: LocalCluster) 
     with pytest.raises(ShoalError) as caught:
         cluster.submit(PAI_SECRET.replace("$secrets.token", "$secrets.tokn"))
     assert caught.value.status == 400 and "secrets.tokn" in caught.value.message
+
+
+MARO_TRAIN = """mode: process
+name: maro-train
+components:
+  learner:
+    num: 1
+    command: python train.py
+"""
+
+
+def test_shoal_run_passes_env_and_starts_maro_jobs_in_the_submit_directory(
+    tmp_path: Path, user_shell: tuple[Path, dict[str, str]]
+) -> None:
+    _, env = user_shell
+    project = tmp_path / "maro-project"
+    project.mkdir()
+    (project / "train.py").write_text(TRAIN_PY + "print('greeting', os.environ['GREETING'])\n")
+    (project / "job.yaml").write_text(MARO_TRAIN)
+    env = {
+        **{k: v for k, v in env.items() if k != "MY_SHELL_VAR"},
+        "PATH": f"{Path(sys.executable).parent}:{env['PATH']}",
+        "PYTHONPATH": str(Path(shoal.__file__).resolve().parents[1]),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "shoal", "run", "job.yaml", "--env", "GREETING=hi"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=project,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"trained in {project}; private dir elsewhere: True; hostfile: True\n" in result.stdout
+    assert "greeting hi\n" in result.stdout

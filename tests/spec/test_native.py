@@ -63,13 +63,13 @@ def test_full_job_normalises() -> None:
     assert actor.task_retry_count == 1
     assert "$SHOAL_LEARNER_HOSTS" in actor.command
     assert job.total_instances == 4
-    assert parsed.warnings == ()
+    assert [w.path for w in parsed.warnings] == ["roles.learner.image"]  # recorded, not used
 
 
 def test_param_override_and_undeclared_param_warning() -> None:
     parsed = load_job_text(FULL, params={"episodes": "99", "other": "1"})
     assert "--episodes 99" in parsed.jobs[0].role("learner").command
-    assert [w.path for w in parsed.warnings] == ["params.other"]
+    assert [w.path for w in parsed.warnings] == ["params.other", "roles.learner.image"]
 
 
 MINIMAL = "version: 1\nname: x\nroles:\n  main:\n    command: {command}\n{extra}"
