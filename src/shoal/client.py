@@ -110,8 +110,14 @@ class ShoalClient:
         name: str | None = None,
         virtual_cluster: str | None = None,
         code_archive: str | None = None,
+        env: dict[str, str] | None = None,
+        environment: dict[str, str] | None = None,
+        workdir: str | None = None,
     ) -> list[dict[str, Any]]:
-        body = {
+        """``env``: variables over the job file's; ``environment``: the variables the tasks
+        start from (None: the agent's minimal set); ``workdir``: where tasks of a job without
+        code start."""
+        body: dict[str, Any] = {
             "spec": spec,
             "format": format,
             "params": params or {},
@@ -119,6 +125,12 @@ class ShoalClient:
             "virtual_cluster": virtual_cluster,
             "code_archive": code_archive,
         }
+        if env:
+            body["env"] = env
+        if environment is not None:
+            body["environment"] = environment
+        if workdir is not None:
+            body["workdir"] = workdir
         result: list[dict[str, Any]] = self._call("POST", "/api/v1/jobs", json=body)
         return result
 

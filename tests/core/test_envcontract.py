@@ -147,18 +147,46 @@ def test_torchrun_variables(placed: Placed) -> None:
         assert env["NODE_COUNT"] == "2"
     assert [envs[t]["RANK"] for t in TASKS] == ["0", "1", "2", "3"]
     assert envs[("learner", 0)]["RANK"] == "0"
-    for node, node_rank in (("node-0", "0"), ("node-1", "1")):
-        mine = [t for t in TASKS if EXPECTED_NODE[t] == node]
-        assert sorted(envs[t]["LOCAL_RANK"] for t in mine) == ["0", "1"]
-        assert {envs[t]["LOCAL_WORLD_SIZE"] for t in mine} == {"2"}
-        assert (
-            {envs[t]["NODE_RANK"] for t in mine}
-            == {envs[t]["GROUP_RANK"] for t in mine}
-            == {node_rank}
-        )
-    # local ranks follow global rank within a node
-    assert envs[("learner", 0)]["LOCAL_RANK"] == "0" and envs[("actor", 0)]["LOCAL_RANK"] == "1"
-    assert envs[("actor", 1)]["LOCAL_RANK"] == "0" and envs[("actor", 2)]["LOCAL_RANK"] == "1"
+    for env in envs.values():  # each task is its own torchrun "node"
+        assert env["LOCAL_RANK"] == "0" and env["LOCAL_WORLD_SIZE"] == "1"
+        assert env["NODE_RANK"] == env["GROUP_RANK"] == env["RANK"]
+        assert env["GROUP_WORLD_SIZE"] == env["WORLD_SIZE"]
+
+
+def _two_gpu_tasks_on_one_node(gpus_per_task: int) -> dict[int, dict[str, str]]:
+    node = NodeState("n", "10.3.0.1", ResourceVector(8000, 8192, 4), tuple(range(4)))
+    roles = (RoleRequest("worker", 2, ResourceVector(1000, 1024, gpus_per_task)),)
+    plan = schedule(ClusterSnapshot((node,), (JobRequest("j", roles),)), now=0.0)
+    (admission,) = plan.admissions
+    role = EnvRole("worker", 2, 1000, 1024, gpus_per_task)
+    job = EnvJob("j", "ddp", "bob", "default", (role,))
+    environment = JobEnvironment(job, admission.placements)
+    return {i: environment.for_task("worker", i) for i in (0, 1)}
+
+
+@pytest.mark.parametrize(
+    ("gpus_per_task", "visible", "ranks"),
+    [
+        (1, {0: "0", 1: "1"}, {0: "0", 1: "1"}),
+        (2, {0: "0,1", 1: "2,3"}, {0: "0", 1: "1"}),
+        (0, {0: "", 1: ""}, {0: "0", 1: "1"}),
+    ],
+    ids=["1-gpu-each", "2-gpus-each", "cpu-only"],
+)
+def test_local_rank_is_valid_in_each_tasks_visible_set(
+    gpus_per_task: int, visible: dict[int, str], ranks: dict[int, str]
+) -> None:
+    # two tasks on one node: GPU isolation renumbers each task's devices from 0, so
+    # torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) must name an index < its GPU count
+    envs = _two_gpu_tasks_on_one_node(gpus_per_task)
+    for index, env in envs.items():
+        assert env["CUDA_VISIBLE_DEVICES"] == visible[index]
+        assert env["RANK"] == env["NODE_RANK"] == ranks[index]
+        assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "1"
+        local_rank = int(env["LOCAL_RANK"])
+        assert local_rank == 0
+        if gpus_per_task:
+            assert local_rank < len(env["CUDA_VISIBLE_DEVICES"].split(","))
 
 
 def test_visible_devices(placed: Placed) -> None:

@@ -113,16 +113,20 @@ def test_maro_job_files_parse(
         assert got == roles
 
 
+IMAGES = ["components.actor.image", "components.learner.image"]  # recorded, not used
+LEARNER_MOUNT_IMAGES = ["components.learner.mount", *IMAGES]
+
+
 @pytest.mark.parametrize(
     ("relative", "warned_paths"),
     [
         ("process/process_job_deployment.yml", ["components"]),
         (
             "grass/grass_azure_start_job.yml",
-            ["components.actor.mount", "components.learner.mount", "allocation"],
+            ["components.actor.mount", "components.learner.mount", "allocation", *IMAGES],
         ),
-        ("grass/grass_local_start_job.yml", ["components.actor.mount", "components.learner.mount"]),
-        ("k8s/k8s_aks_start_job.yml", ["components.actor.mount", "components.learner.mount"]),
+        ("grass/grass_local_start_job.yml", ["components.actor.mount", *LEARNER_MOUNT_IMAGES]),
+        ("k8s/k8s_aks_start_job.yml", ["components.actor.mount", *LEARNER_MOUNT_IMAGES]),
         (
             "local-v0.3/rl_workflow_job_template.yml",
             ["rollout.parallelism.controller.host", "", ""],

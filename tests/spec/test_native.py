@@ -63,13 +63,13 @@ def test_full_job_normalises() -> None:
     assert actor.task_retry_count == 1
     assert "$SHOAL_LEARNER_HOSTS" in actor.command
     assert job.total_instances == 4
-    assert parsed.warnings == ()
+    assert [w.path for w in parsed.warnings] == ["roles.learner.image"]  # recorded, not used
 
 
 def test_param_override_and_undeclared_param_warning() -> None:
     parsed = load_job_text(FULL, params={"episodes": "99", "other": "1"})
     assert "--episodes 99" in parsed.jobs[0].role("learner").command
-    assert [w.path for w in parsed.warnings] == ["params.other"]
+    assert [w.path for w in parsed.warnings] == ["params.other", "roles.learner.image"]
 
 
 MINIMAL = "version: 1\nname: x\nroles:\n  main:\n    command: {command}\n{extra}"
@@ -160,3 +160,13 @@ def test_bad_native_input(case: str) -> None:
     assert any(p.path == path and fragment in p.message for p in problems), [
         p.render() for p in problems
     ]
+
+
+def test_secret_references_stay_in_the_command_and_undeclared_ones_are_errors() -> None:
+    base = "version: 1\nname: s\nsecrets: {token: abc}\nroles:\n  a:\n    command: "
+    job = load_job_text(base + "'echo {{ secrets.token }}'").jobs[0]
+    assert job.roles[0].command == "echo {{ secrets.token }}" and job.secrets == {"token": "abc"}
+    with pytest.raises(SpecError) as caught:
+        load_job_text(base + "'echo {{ secrets.nope }}'")
+    (problem,) = caught.value.problems
+    assert problem.path == "roles.a.command" and "secrets.nope" in problem.message

@@ -286,3 +286,13 @@ def test_all_schema_errors_are_reported_together() -> None:
         "taskRoles.worker.resourcePerInstance.memoryMB",
         "taskRoles.worker.resourcePerInstance.gpu",
     } <= paths
+
+
+def test_a_reference_to_an_undeclared_secret_is_an_error_naming_it() -> None:
+    text = _job(command="echo <% $secrets.tokn %>").replace(
+        "taskRoles:", "secrets:\n  token: s3cr3t\ntaskRoles:"
+    )
+    with pytest.raises(SpecError) as caught:
+        load_job_text(text)
+    (problem,) = caught.value.problems
+    assert problem.path.endswith(".commands") and "secrets.tokn" in problem.message

@@ -10,7 +10,7 @@ from shoal.spec import units
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import detect_format, load_job_bytes, load_job_file, load_job_text
 from shoal.spec.model import SourceFormat
-from shoal.spec.templating import NATIVE_TOKEN, render
+from shoal.spec.templating import NATIVE_TOKEN, fill_in, missing_secrets, render, secret_values
 
 
 def _problems(text: str | bytes) -> list[str]:
@@ -144,3 +144,17 @@ def test_native_templating() -> None:
     result = render("{{ params.a }}-{{params.b}}", {"params": {"a": "x"}}, NATIVE_TOKEN)
     assert result.text == "x-{{params.b}}"
     assert result.unresolved == ["params.b"]
+
+
+def test_secret_values_map_each_reference_as_written_and_fill_in_is_one_pass() -> None:
+    command = "a=<%$secrets.k%> b=<% $secrets.docker.password %> c=<% $secrets.nope %> d=$K"
+    secrets = {"k": "<% $secrets.k %>", "docker": '{"password": "pw"}'}
+    values = secret_values(command, secrets)
+    assert values == {"<%$secrets.k%>": "<% $secrets.k %>", "<% $secrets.docker.password %>": "pw"}
+    assert fill_in(command, values) == "a=<% $secrets.k %> b=pw c=<% $secrets.nope %> d=$K"
+    native = secret_values("x={{ secrets.k }}", {"k": "v"}, NATIVE_TOKEN)
+    assert fill_in("x={{ secrets.k }}", native) == "x=v"
+    assert fill_in("no refs", {}) == "no refs"
+    assert missing_secrets(["secrets.k", "secrets.x.y", "secrets.x.y"], {"k": "v"}) == [
+        "secrets.x.y"
+    ]

@@ -17,14 +17,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import psutil
 
 from shoal.server.schemas import ExitReport, LaunchOrder, RunningReport
+from shoal.spec.templating import fill_in
 
 log = logging.getLogger("shoal.agent")
 SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
 PASSED_THROUGH = ("HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "TMPDIR", "TZ")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+COMMAND_VARIABLE = "SHOAL_COMMAND_WITH_SECRETS"
 
 
 @dataclass
@@ -90,13 +94,15 @@ class Runner:
         meta.mkdir(exist_ok=True)
         (meta / "hostfile").write_text(order.hostfile)
         env = self._environment(order, attempt.workdir)
+        argv = _shell_argv(order, env)
         with (
             open(attempt.log_path("stdout"), "wb") as out,
             open(attempt.log_path("stderr"), "wb") as err,
         ):
+            cwd = _start_dir(order, attempt.workdir, err)
             attempt.proc = subprocess.Popen(
-                [SHELL, "-c", order.command],
-                cwd=attempt.workdir,
+                argv,
+                cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -108,9 +114,15 @@ class Runner:
             attempt.deadline = time.monotonic() + order.deadline_s
 
     def _environment(self, order: LaunchOrder, workdir: Path) -> dict[str, str]:
-        env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
-        own_bin = str(Path(sys.executable).parent)
-        env["PATH"] = f"{own_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        """The submitter's variables if the job carries them, else the agent's minimal set with
+        its own Python first on PATH; then the job's env and the env contract over them."""
+        if order.inherited_env is not None:
+            env = dict(order.inherited_env)
+            env.setdefault("PATH", os.environ.get("PATH", DEFAULT_PATH))
+        else:
+            env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
+            own_bin = str(Path(sys.executable).parent)
+            env["PATH"] = f"{own_bin}:{os.environ.get('PATH', DEFAULT_PATH)}"
         env.update(order.env)
         env["SHOAL_HOSTFILE"] = str(workdir / ".shoal" / "hostfile")
         env["SHOAL_WORKDIR"] = str(workdir)
@@ -250,6 +262,32 @@ class Runner:
             if attempt.proc is not None:
                 _signal_group(attempt.proc.pid, signal.SIGKILL)
                 attempt.proc.wait()
+
+
+def _shell_argv(order: LaunchOrder, env: dict[str, str]) -> list[str]:
+    """``bash -c COMMAND``. A command with secrets is filled in here and handed to the shell
+    through the environment (readable only by the task's own user, unlike the command line that
+    ``ps`` shows to everyone) and unset before it runs; it is never stored or logged."""
+    if not order.secrets:
+        return [SHELL, "-c", order.command]
+    env[COMMAND_VARIABLE] = fill_in(order.command, order.secrets)
+    return [SHELL, "-c", f'eval "unset {COMMAND_VARIABLE}; ${COMMAND_VARIABLE}"']
+
+
+def _start_dir(order: LaunchOrder, private: Path, stderr: BinaryIO) -> Path:
+    """The directory the job was submitted from, for a job without code, if it exists here;
+    otherwise the task's private directory (said on the task's stderr)."""
+    if order.workdir is None or order.has_code:
+        return private
+    wanted = Path(order.workdir)
+    if wanted.is_dir():
+        return wanted
+    stderr.write(
+        f"shoal: {wanted}, where the job was submitted from, does not exist on this node; "
+        f"the task starts in {private}\n".encode()
+    )
+    stderr.flush()
+    return private
 
 
 def _signal_group(pid: int, signo: int) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 import typer
 
 from shoal.cli.render import print_dry_run, print_jobs, print_problems, print_warnings
+from shoal.cli.task_env import start_dir_note
 from shoal.planning import DryRun, dry_run, simulated_nodes
 from shoal.spec import units
-from shoal.spec.errors import SpecError
+from shoal.spec.errors import SpecError, SpecProblem
 from shoal.spec.loader import ParsedJobs, load_job_file
 from shoal.spec.model import JobSpec, SourceFormat
 
@@ -73,17 +74,19 @@ def validate(
 ) -> None:
     """Check a job file and print the job as shoal understands it (exit 1 on any error)."""
     parsed = _load(file, fmt, parse_params(param), output)
+    notes = [start_dir_note(job, file, Path.cwd()) for job in parsed.jobs]
+    warnings = [*parsed.warnings, *(SpecProblem("code_dir", n) for n in notes if n)]
     if output is OutputFormat.JSON:
         payload = {
             "valid": True,
             "format": parsed.format.value,
             "jobs": [job.public_dict() for job in parsed.jobs],
-            "warnings": [w.to_dict() for w in parsed.warnings],
+            "warnings": [w.to_dict() for w in warnings],
         }
         typer.echo(json.dumps(payload, indent=2))
         return
     print_jobs(str(file), parsed)
-    print_warnings(parsed.warnings)
+    print_warnings(warnings)
 
 
 _TEMPLATE_FILES = {

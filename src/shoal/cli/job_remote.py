@@ -15,6 +15,13 @@ from rich.table import Table
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, job_app, parse_params
 from shoal.cli.render import console, err_console
+from shoal.cli.task_env import (
+    ENV_OPTION,
+    FROM_SHELL_OPTION,
+    NO_INHERIT_OPTION,
+    task_environment,
+    uploaded_code_dir,
+)
 from shoal.client import TERMINAL, ShoalClient
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_file
@@ -51,11 +58,7 @@ def _local_code_dir(file: Path, fmt: FormatChoice, params: dict[str, str]) -> Pa
 
         print_problems(str(file), exc.problems)
         raise typer.Exit(1) from None
-    code_dir = parsed.jobs[0].code_dir
-    if code_dir is None or code_dir.startswith(("hdfs://", "$")):
-        return None
-    path = Path(code_dir)
-    return path if path.is_absolute() else (file.parent / path).resolve()
+    return uploaded_code_dir(parsed.jobs[0], file)
 
 
 @job_app.command()
@@ -68,13 +71,30 @@ def submit(
     param: list[str] | None = PARAM_OPTION,
     wait: bool = typer.Option(False, "--wait", help="Wait for the job to finish."),
     output: OutputFormat = OUTPUT_OPTION,
+    env: list[str] | None = ENV_OPTION,
+    env_from_shell: bool = FROM_SHELL_OPTION,
+    no_inherit_env: bool = NO_INHERIT_OPTION,
 ) -> None:
-    """Submit a job. With --wait, exit 0 only if it succeeds."""
+    """Submit a job. With --wait, exit 0 only if it succeeds.
+
+    Tasks start with this shell's PATH and interpreter variables (--env-from-shell: all of
+    them; --no-inherit-env: none) and, without a code directory, in this directory."""
     params = parse_params(param)
+    task_env = task_environment(env, env_from_shell, no_inherit_env)
     code_dir = _local_code_dir(file, fmt, params)
     archive = code_archive(code_dir) if code_dir is not None else None
     api = client()
-    submitted = api.submit(file.read_text(encoding="utf-8"), fmt.value, params, name, vc, archive)
+    submitted = api.submit(
+        file.read_text(encoding="utf-8"),
+        fmt.value,
+        params,
+        name,
+        vc,
+        archive,
+        env=task_env.env,
+        environment=task_env.inherited,
+        workdir=str(Path.cwd()) if archive is None else None,
+    )
     if output is OutputFormat.TEXT:
         for job in submitted:
             console.print(f"submitted job [bold]{job['id']}[/] ({job['name']}): {job['state']}")

@@ -12,6 +12,12 @@ import typer
 from shoal.cli.common import fail
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, parse_params
 from shoal.cli.render import console, err_console
+from shoal.cli.task_env import (
+    ENV_OPTION,
+    FROM_SHELL_OPTION,
+    NO_INHERIT_OPTION,
+    task_environment,
+)
 from shoal.client import ShoalError
 
 
@@ -40,13 +46,20 @@ def run(
     fmt: FormatChoice = FORMAT_OPTION,
     param: list[str] | None = PARAM_OPTION,
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary state directory."),
+    env: list[str] | None = ENV_OPTION,
+    env_from_shell: bool = FROM_SHELL_OPTION,
+    no_inherit_env: bool = NO_INHERIT_OPTION,
 ) -> None:
-    """Run a job here and now; exit code 0 if it succeeds, 1 if not."""
+    """Run a job here and now; exit code 0 if it succeeds, 1 if not.
+
+    Tasks start with this shell's PATH and interpreter variables (--env-from-shell: all of
+    them; --no-inherit-env: none) and, without a code directory, in this directory."""
     from shoal.cli.cluster_commands import _memory
     from shoal.cli.job_remote import _local_code_dir, code_archive
     from shoal.local.foreground import EmbeddedCluster, RunOptions, stream_until_done
 
     params = parse_params(param)
+    task_env = task_environment(env, env_from_shell, no_inherit_env)
     code_dir = _local_code_dir(file, fmt, params)
     archive = code_archive(code_dir) if code_dir is not None else None
     memory_mib = _memory(memory)
@@ -59,7 +72,15 @@ def run(
     with EmbeddedCluster(options) as cluster:
         try:
             submitted = cluster.client.submit(
-                file.read_text(encoding="utf-8"), fmt.value, params, None, None, archive
+                file.read_text(encoding="utf-8"),
+                fmt.value,
+                params,
+                None,
+                None,
+                archive,
+                env=task_env.env,
+                environment=task_env.inherited,
+                workdir=str(Path.cwd()) if archive is None else None,
             )
         except ShoalError as exc:
             raise fail(exc.message) from None

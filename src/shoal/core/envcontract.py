@@ -5,6 +5,13 @@ task starts): shoal's own ``SHOAL_*``, OpenPAI's ``PAI_*``, MARO's (``JOB_NAME``
 ``COMPONENT_TYPE``, ...) and torchrun's (``MASTER_ADDR``, ``WORLD_SIZE``, ``RANK``, ...), plus
 ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` for exactly the GPUs the task was given.
 Reference: docs/architecture.md, "The env contract".
+
+GPU ranks: every task is its own torchrun "node". A task sees only its own GPUs
+(``CUDA_VISIBLE_DEVICES``), renumbered from 0 by CUDA, so the only local rank that is valid in
+every task is 0: ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, ``NODE_RANK = GROUP_RANK = RANK`` (the
+task's rank among all tasks) and ``WORLD_SIZE = GROUP_WORLD_SIZE`` = the number of tasks. A task
+with several GPUs runs ``torchrun --nproc-per-node=$SHOAL_GPU_COUNT --nnodes=$WORLD_SIZE
+--node-rank=$NODE_RANK``, which then sets the per-process ranks itself.
 """
 
 from __future__ import annotations
@@ -60,14 +67,7 @@ class JobEnvironment:
         self.placements = sorted(placements, key=lambda p: (order[p.role], p.index))
         self._by_task = {(p.role, p.index): p for p in self.placements}
         self._rank = {(p.role, p.index): rank for rank, p in enumerate(self.placements)}
-        self._node_rank: dict[str, int] = {}
-        self._local_rank: dict[tuple[str, int], int] = {}
-        per_node: dict[str, int] = {}
-        for p in self.placements:
-            self._node_rank.setdefault(p.node, len(self._node_rank))
-            self._local_rank[(p.role, p.index)] = per_node.get(p.node, 0)
-            per_node[p.node] = per_node.get(p.node, 0) + 1
-        self._per_node = per_node
+        self._node_count = len({p.node for p in self.placements})
         self._shared = self._shared_env()
 
     def hostfile(self) -> str:
@@ -116,7 +116,10 @@ class JobEnvironment:
             CLUSTER_NAME="shoal",
             PYTHONUNBUFFERED="1",
             WORLD_SIZE=str(total),
-            NODE_COUNT=str(len(self._node_rank)),
+            GROUP_WORLD_SIZE=str(total),
+            LOCAL_WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            NODE_COUNT=str(self._node_count),
         )
         for role in job.roles:
             env.update(self._role_env(role))
@@ -175,11 +178,10 @@ class JobEnvironment:
             "COMPONENT_NAME": f"{me.role}.{me.index}",
             "CONTAINER_NAME": f"{self.job.name}-{me.role}-{me.index}",
             "NODE_NAME": me.node,
+            # each task is its own torchrun "node" (see the module docstring)
             "RANK": str(self._rank[key]),
-            "LOCAL_RANK": str(self._local_rank[key]),
-            "LOCAL_WORLD_SIZE": str(self._per_node[me.node]),
-            "NODE_RANK": str(self._node_rank[me.node]),
-            "GROUP_RANK": str(self._node_rank[me.node]),
+            "NODE_RANK": str(self._rank[key]),
+            "GROUP_RANK": str(self._rank[key]),
             "CUDA_VISIBLE_DEVICES": gpus,
             "NVIDIA_VISIBLE_DEVICES": gpus or "none",
         }

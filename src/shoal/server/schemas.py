@@ -27,6 +27,21 @@ class SubmitRequest(BaseModel):
     code_archive: str | None = Field(
         None, description="Base64 of a .tar.gz of the job's code directory."
     )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables for every task (`--env`); they override the job file's env.",
+    )
+    environment: dict[str, str] | None = Field(
+        None,
+        description="The submitting shell's variables the tasks start from (local mode); stored "
+        "with the job, never returned. Absent: the agent's minimal environment, with the "
+        "agent's own Python first on PATH.",
+    )
+    workdir: str | None = Field(
+        None,
+        description="The directory the job was submitted from: tasks of a job without a code "
+        "archive start there when it exists on their node (absent: an empty directory).",
+    )
 
 
 class ProblemOut(BaseModel):
@@ -231,6 +246,17 @@ class LaunchOrder(BaseModel):
     has_code: bool
     deadline_s: float | None = None
     kill_grace_s: float
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each secret reference in the command, as written, and its value: filled in "
+        "by the agent when it starts the task, never stored or logged.",
+    )
+    inherited_env: dict[str, str] | None = Field(
+        None, description="The environment the task starts from (None: the agent's minimal one)."
+    )
+    workdir: str | None = Field(
+        None, description="Where to start a task that has no code archive, if it exists here."
+    )
 
 
 class OrdersResponse(BaseModel):

@@ -83,12 +83,37 @@ def load_job_text(
     problems = ProblemCollector()
     try:
         jobs = _read(detected, data, dict(params or {}), problems)
+        _warn_images(detected, jobs, problems)
     except SpecError as exc:
         problems.errors = exc.problems
         problems.with_lines(document.line_of)
         raise SpecError(problems.errors) from None
     problems.with_lines(document.line_of)
     return ParsedJobs(detected, tuple(jobs), tuple(problems.warnings))
+
+
+IMAGE_PATHS = {
+    SourceFormat.NATIVE: "roles.{role}.image",
+    SourceFormat.PAI_V2: "taskRoles.{role}.dockerImage",
+    SourceFormat.PAI_V1: "image",
+    SourceFormat.MARO: "components.{role}.image",
+}
+
+
+def _warn_images(fmt: SourceFormat, jobs: list[JobSpec], problems: ProblemCollector) -> None:
+    """Images are accepted and kept with the job, but there are no containers yet: say so."""
+    warned: set[str] = set()
+    for job in jobs:
+        for role in job.roles:
+            path = IMAGE_PATHS[fmt].format(role=role.name)
+            if role.image is None or path in warned:
+                continue
+            warned.add(path)
+            problems.warn(
+                path,
+                f"image {role.image} is recorded but not used: tasks run as processes on the "
+                "node (shoal runs no containers yet), in the submitter's environment",
+            )
 
 
 def detect_format(data: Mapping[str, Any]) -> SourceFormat:

@@ -27,7 +27,7 @@ from shoal.spec.model import (
     TaskRoleSpec,
 )
 from shoal.spec.resources import ResourceReader
-from shoal.spec.templating import NATIVE_TOKEN, render
+from shoal.spec.templating import NATIVE_TOKEN, missing_secrets, render
 
 _STRICT = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
 
@@ -111,7 +111,8 @@ def read_native(
     max_runtime = None
     if raw.max_runtime is not None:
         max_runtime = ResourceReader(problems).duration(raw.max_runtime, "max_runtime")
-    roles = [_role(name, role, parameters, problems) for name, role in raw.roles.items()]
+    secrets = {k: _text(v) for k, v in raw.secrets.items()}
+    roles = [_role(name, role, parameters, secrets, problems) for name, role in raw.roles.items()]
     check_roles(roles, PATHS, problems)
     problems.raise_if_errors()
     return JobSpec(
@@ -126,13 +127,17 @@ def read_native(
         code_dir=raw.code_dir,
         env={k: _text(v) for k, v in raw.env.items()},
         parameters=parameters,
-        secrets={k: _text(v) for k, v in raw.secrets.items()},
+        secrets=secrets,
         roles=tuple(roles),
     )
 
 
 def _role(
-    name: str, raw: RawRole, parameters: Mapping[str, str], problems: ProblemCollector
+    name: str,
+    raw: RawRole,
+    parameters: Mapping[str, str],
+    secrets: Mapping[str, str],
+    problems: ProblemCollector,
 ) -> TaskRoleSpec:
     base = f"roles.{name}"
     reader = ResourceReader(problems)
@@ -147,6 +152,12 @@ def _role(
     )
     command = raw.command if isinstance(raw.command, str) else "\n".join(raw.command)
     rendered = render(command, {"params": parameters}, NATIVE_TOKEN)
+    for ref in missing_secrets(rendered.secret_refs, secrets):
+        problems.error(
+            f"{base}.command",
+            f"{{{{ {ref} }}}} names no entry in secrets",
+            "declare it under secrets: (its value is filled in when the task starts)",
+        )
     for ref in rendered.unresolved:
         problems.error(
             f"{base}.command",

@@ -37,7 +37,7 @@ from shoal.spec.model import (
     TaskRoleSpec,
 )
 from shoal.spec.openpai_v2_extras import ExtrasView, read_extras
-from shoal.spec.templating import render
+from shoal.spec.templating import missing_secrets, render
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 PrereqType = Literal["dockerimage", "script", "output", "data"]
@@ -288,10 +288,12 @@ def _role(
     rendered = render(command, context)
     for ref in sorted(set(rendered.unresolved)):
         problems.warn(f"{base}.commands", f"<% ${ref} %> is not defined and is left as it is")
-    for ref in sorted(set(rendered.secret_refs)):
-        key = ref.split(".", 1)[1] if "." in ref else ""
-        if key.split(".")[0].split("[")[0] not in job.secrets:
-            problems.warn(f"{base}.commands", f"<% ${ref} %> names no entry in secrets")
+    for ref in missing_secrets(rendered.secret_refs, job.secrets):
+        problems.error(
+            f"{base}.commands",
+            f"<% ${ref} %> names no entry in secrets",
+            "declare it under secrets: (its value is filled in when the task starts)",
+        )
     if raw.taskRetryCount and extras.gang:
         problems.warn(
             f"{base}.taskRetryCount",

@@ -2,11 +2,14 @@
 
 As in OpenPAI, unresolved references are left literally, and ``$secrets`` references are never
 rendered into commands here: the agent renders them when it launches the task, so secret values do
-not end up in the stored job or in any listing.
+not end up in the stored job or in any listing. ``secret_values`` maps each secret reference of a
+stored command, exactly as written, to its value (the server sends that map with the launch order);
+``fill_in`` substitutes them (the agent, just before it starts the task).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,3 +73,55 @@ def _scalar_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def secret_names(refs: list[str]) -> list[str]:
+    """The top-level secret names of references such as ``secrets.token`` or ``secrets.a.b``."""
+    names = []
+    for ref in refs:
+        step = _STEP.match(ref, len("secrets"))
+        names.append(step.group(1) or step.group(2) if step is not None else "")
+    return names
+
+
+def missing_secrets(refs: list[str], secrets: Mapping[str, str]) -> list[str]:
+    """The references (``secrets.x``) that name no declared secret, in order, without repeats."""
+    missing: list[str] = []
+    for ref, name in zip(refs, secret_names(refs), strict=True):
+        if name not in secrets and ref not in missing:
+            missing.append(ref)
+    return missing
+
+
+def secret_values(
+    text: str, secrets: Mapping[str, str], token: re.Pattern[str] = PAI_TOKEN
+) -> dict[str, str]:
+    """Each secret reference in ``text``, exactly as written, mapped to its value. A secret whose
+    value is a JSON object or list can be indexed (``<% $secrets.docker.password %>``)."""
+    structured = {name: _maybe_json(value) for name, value in secrets.items()}
+    values: dict[str, str] = {}
+    for match in token.finditer(text):
+        if match.group(1) != "secrets":
+            continue
+        found, value = _lookup(structured, match.group(2))
+        if found and not isinstance(value, (dict, list)):
+            values[match.group(0)] = _scalar_text(value)
+    return values
+
+
+def fill_in(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with every key of ``values`` replaced by its value, in one pass (a value that
+    looks like a reference is not substituted again)."""
+    if not values:
+        return text
+    pattern = re.compile("|".join(re.escape(key) for key in sorted(values, key=len, reverse=True)))
+    return pattern.sub(lambda match: values[match.group(0)], text)
+
+
+def _maybe_json(value: str) -> Any:
+    if value.startswith(("{", "[")):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value

@@ -81,6 +81,10 @@ class Job(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     secrets: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     has_code: Mapped[bool] = mapped_column(Boolean, default=False)
+    # the submitting shell's variables (None: the agent's minimal environment); like secrets,
+    # never returned by the API
+    inherited_env: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    submit_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
     stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     completing: Mapped[str | None] = mapped_column(String(16), nullable=True)
     exit_class: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -24,6 +24,8 @@ from shoal.server.schemas import (
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.reports import apply_report
 from shoal.server.services.snapshot import spec_of
+from shoal.spec.model import SourceFormat
+from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
 from shoal.store.models import Job, Node, Task
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
@@ -94,18 +96,23 @@ def _launch_order(ctx: ServerContext, job: Job, task: Task, peers: list[Task]) -
     deadline = None
     if spec.max_runtime_s and job.launched_at is not None:
         deadline = max(0.0, job.launched_at + spec.max_runtime_s - ctx.clock())
+    command = spec.role(task.role).command
+    token = NATIVE_TOKEN if job.source_format == SourceFormat.NATIVE.value else PAI_TOKEN
     return LaunchOrder(
         attempt_id=task.attempt_id,
         job_id=job.id,
         role=task.role,
         index=task.index,
         node=task.node,
-        command=spec.role(task.role).command,
+        command=command,
         env=env,
         hostfile=environment.hostfile(),
         has_code=job.has_code,
         deadline_s=deadline,
         kill_grace_s=ctx.settings.kill_grace_s,
+        secrets=secret_values(command, spec.secrets, token) if spec.secrets else {},
+        inherited_env=job.inherited_env,
+        workdir=None if job.has_code else job.submit_dir,
     )
 
 

@@ -20,6 +20,7 @@ from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import SubmitRequest
 from shoal.server.services.events import record
 from shoal.server.services.nodes import load_nodes
+from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
 from shoal.server.services.vcs import ensure_exists
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_text
@@ -108,6 +109,11 @@ def submit(
     The rows are written with plain inserts (no ORM unit of work): a submission is one short
     transaction of a few statements, then one fsync."""
     fmt, specs, warnings = parse_submission(request)
+    check_variables(request)
+    specs = [with_cli_env(spec, request.env) for spec in specs]
+    where = workdir_warning(request)
+    if where is not None:
+        warnings.append(where)
     archive = decode_archive(ctx, request.code_archive)
     now = ctx.clock()
     ids: list[str] = []
@@ -196,6 +202,8 @@ def _new_job(
         "spec": spec.model_dump(mode="json", exclude={"secrets"}),
         "secrets": dict(spec.secrets),
         "has_code": request.code_archive is not None,
+        "inherited_env": inherited(request),
+        "submit_dir": request.workdir,
         "stop_requested": False,
         "diagnostics": "",
     }
