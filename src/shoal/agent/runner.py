@@ -226,6 +226,8 @@ class Runner:
     # ---- reporting ----
 
     def running_reports(self) -> list[RunningReport]:
+        """Attempts still running, and those that exited but whose exit is not reported yet
+        (their logs are still being shipped): the server must not take them for lost."""
         with self.lock:
             return [
                 RunningReport(
@@ -235,7 +237,7 @@ class Runner:
                     usage=dict(a.usage),
                 )
                 for a in self.attempts.values()
-                if a.exit is None and a.proc is not None
+                if a.proc is not None and (a.exit is None or not a.logs_done)
             ]
 
     def exit_reports(self) -> list[ExitReport]:
