@@ -4,6 +4,8 @@ keeps its success when its sibling's failure decides the job."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +137,27 @@ def test_a_task_that_exited_0_keeps_its_success_when_its_sibling_fails(
     ), tasks[0]
     exits = [e["message"] for e in cluster.client.events(job_id) if e["kind"] == "exited"]
     assert exits[0].startswith("w[1]"), exits  # the failure was heard first: the race happened
+
+
+def test_shoal_down_with_the_server_gone_delivers_the_exits_on_the_next_up(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    cluster = start_cluster(home, nodes=1)
+    try:
+        job_id = cluster.submit(native("orphaned", "w:\n  command: sleep 300\n"))
+        cluster.wait_for(lambda: _task_running(cluster, job_id))
+        cluster.client.close()
+        os.killpg(cluster.info.server_pid, signal.SIGKILL)  # the server is gone first
+        cluster.wait_for(lambda: not alive(cluster.info.server_pid), timeout_s=10)
+        stop_local(home, grace_s=15)  # the agent stops its task but cannot report it
+        assert (home / "agent" / "unreported-exits.json").exists()
+        cluster = start_cluster(home, nodes=1)
+        job = cluster.wait(job_id, timeout_s=30)
+    finally:
+        cluster.client.close()
+        stop_local(home, grace_s=10)
+    assert (job["state"], job["exitClass"]) == ("STOPPED", "STOPPED"), job
+    assert "shoal down" in job["diagnostics"]
+    (task,) = job["tasks"]
+    assert (task["state"], task["exitCode"]) == ("STOPPED", 143), task
