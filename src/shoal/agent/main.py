@@ -7,6 +7,7 @@ launches and kills. If the server goes away, tasks keep running and reports wait
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ from shoal.agent.runner import Runner
 from shoal.agent.shipper import LogShipper
 from shoal.server.schemas import (
     AgentNode,
+    ExitReport,
     LogUploadRequest,
     LogUploadResponse,
     OrdersRequest,
@@ -38,6 +40,8 @@ REPORT_GAP_S = 0.025
 # While the server is unreachable, retry at most this far apart: a restarted server then hears
 # of the running tasks (and adopts them) within half a second of coming back.
 RETRY_MAX_S = 0.5
+# Exits the server never acknowledged before this agent stopped: delivered by its next run.
+UNREPORTED = "unreported-exits.json"
 
 
 class Agent:
@@ -65,6 +69,7 @@ class Agent:
         return httpx.Client(base_url=self.server, headers=self.headers, timeout=timeout)
 
     def start(self) -> None:
+        self._restore_unreported()
         for thread in self._threads:
             thread.start()
 
@@ -77,10 +82,33 @@ class Agent:
             self._report()
         except httpx.HTTPError:
             pass
+        self._save_unreported()
         self.stopping.set()
         self.report_now.set()
         for thread in self._threads:
             thread.join(timeout=0.5)  # the order taker may sit in a long poll: it is a daemon
+
+    def _save_unreported(self) -> None:
+        exits = self.runner.unreported_exits()
+        path = self.home / UNREPORTED
+        if exits:
+            self.home.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps([e.model_dump() for e in exits]))
+            log.warning("%d exit(s) not acknowledged; saved to %s", len(exits), path)
+        else:
+            path.unlink(missing_ok=True)
+
+    def _restore_unreported(self) -> None:
+        path = self.home / UNREPORTED
+        if not path.exists():
+            return
+        try:
+            exits = [ExitReport.model_validate(e) for e in json.loads(path.read_text())]
+        except ValueError as exc:
+            log.warning("ignoring %s: %s", path, exc)
+        else:
+            self.runner.restore_exits(exits)
+        path.unlink()
 
     # ---- threads ----
 

@@ -39,7 +39,8 @@ class Attempt:
     proc: subprocess.Popen[bytes] | None = None
     started_at: float | None = None
     deadline: float | None = None  # time.monotonic() when the max runtime runs out
-    stop_requested: bool = False
+    stop_requested: bool = False  # signalled because the server asked
+    agent_shutdown: bool = False  # signalled because this agent is shutting down
     timed_out: bool = False
     term_sent_at: float | None = None
     exit: ExitReport | None = None
@@ -62,6 +63,7 @@ class Runner:
         self.attempts: dict[str, Attempt] = {}
         self._code_cache: dict[str, bytes | None] = {}
         self.orphan_exits: dict[str, ExitReport] = {}  # kills of attempts never launched here
+        self.draining = False  # shutting down: nothing new starts
 
     def known(self) -> list[str]:
         with self.lock:
@@ -73,6 +75,17 @@ class Runner:
         with self.lock:
             if order.attempt_id in self.attempts:
                 return  # a repeated order: this agent already has it
+            if self.draining:  # never started: it ends as stopped by this agent's shutdown
+                self.orphan_exits.setdefault(
+                    order.attempt_id,
+                    ExitReport(
+                        attempt_id=order.attempt_id,
+                        exit_code=None,
+                        agent_shutdown=True,
+                        finished_at=time.time(),
+                    ),
+                )
+                return
             base = self.home / "work" / order.job_id / f"{order.role}-{order.index}"
             attempt = Attempt(order, base / order.attempt_id, base / f"{order.attempt_id}.logs")
             self.attempts[order.attempt_id] = attempt
@@ -157,8 +170,10 @@ class Runner:
         if attempt.exit is None and attempt.proc is None:
             self._finish(attempt, None, None, stop=True)
             return
-        if attempt.stop_requested or attempt.exit is not None:
+        if attempt.stop_requested or attempt.exit is not None or attempt.agent_shutdown:
             return
+        if attempt.proc is not None and attempt.proc.poll() is not None:
+            return  # it exited on its own before the kill: the monitor reports its own exit
         attempt.stop_requested = True
         self._terminate(attempt)
 
@@ -205,6 +220,7 @@ class Runner:
             exit_code=exit_code,
             signal=signo,
             stop_requested=attempt.stop_requested or stop,
+            agent_shutdown=attempt.agent_shutdown,
             timed_out=attempt.timed_out,
             launch_error=launch_error,
             started_at=attempt.started_at,
@@ -222,6 +238,8 @@ class Runner:
     # ---- reporting ----
 
     def running_reports(self) -> list[RunningReport]:
+        """Attempts still running, and those that exited but whose exit is not reported yet
+        (their logs are still being shipped): the server must not take them for lost."""
         with self.lock:
             return [
                 RunningReport(
@@ -231,7 +249,7 @@ class Runner:
                     usage=dict(a.usage),
                 )
                 for a in self.attempts.values()
-                if a.exit is None and a.proc is not None
+                if a.proc is not None and (a.exit is None or not a.logs_done)
             ]
 
     def exit_reports(self) -> list[ExitReport]:
@@ -249,19 +267,39 @@ class Runner:
                     del self.attempts[attempt_id]
 
     def stop_all(self, grace: float) -> None:
-        """Stop every task (agent shutdown): SIGTERM, wait up to ``grace``, then SIGKILL."""
+        """Stop every task (agent shutdown): SIGTERM, wait up to ``grace``, then SIGKILL. Each
+        exit says the agent's shutdown stopped it, unless the process had already exited on its
+        own or the server had already asked for the stop."""
         with self.lock:
-            live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
-        for attempt in live:
-            attempt.stop_requested = True
-            self._terminate(attempt)
+            self.draining = True
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(a.proc and a.proc.poll() is None for a in live):
+        while True:
+            with self.lock:  # again each round: a launch under way may have started since
+                live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
+            running = [a for a in live if a.proc is not None and a.proc.poll() is None]
+            for attempt in running:
+                if not (attempt.stop_requested or attempt.timed_out):
+                    attempt.agent_shutdown = True
+                self._terminate(attempt)
+            if not running or time.monotonic() >= deadline:
+                break
             time.sleep(0.05)
         for attempt in live:
             if attempt.proc is not None:
                 _signal_group(attempt.proc.pid, signal.SIGKILL)
                 attempt.proc.wait()
+
+    def unreported_exits(self) -> list[ExitReport]:
+        """Every exit the server has not acknowledged (shipped logs or not)."""
+        with self.lock:
+            done = [a.exit for a in self.attempts.values() if a.exit is not None]
+            return [*done, *self.orphan_exits.values()]
+
+    def restore_exits(self, exits: list[ExitReport]) -> None:
+        """Exits a previous run of this agent could not deliver: repeated until acknowledged."""
+        with self.lock:
+            for report in exits:
+                self.orphan_exits.setdefault(report.attempt_id, report)
 
 
 def _shell_argv(order: LaunchOrder, env: dict[str, str]) -> list[str]:

@@ -1,7 +1,9 @@
 """What a task's exit means, and what it does to its job: pure rules, no I/O.
 
 Exit classes follow the spirit of OpenPAI's exit spec: who caused the exit (the user's code, the
-user's stop request, the platform) decides whether it is retried and how the job ends.
+user's stop request, the platform) decides whether it is retried and how the job ends. This module
+is the one place where final states, exit classes, exit codes and diagnostics are derived: the
+server only applies what it returns.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from shoal.core.states import State
 
 
 class ExitClass(StrEnum):
-    SUCCEEDED = "SUCCEEDED"  # exit code 0
+    SUCCEEDED = "SUCCEEDED"  # exit code 0, on its own
     USER_FAILURE = "USER_FAILURE"  # non-zero exit code or killed by a signal the user's code caused
-    STOPPED = "STOPPED"  # the user (or the job's completion) asked it to stop
+    STOPPED = "STOPPED"  # the user, the job's completion or the agent's shutdown stopped it
     TIMEOUT = "TIMEOUT"  # the job's max runtime was reached
     PLATFORM_FAILURE = "PLATFORM_FAILURE"  # could not launch, node lost, agent lost the process
     PREEMPTED = "PREEMPTED"  # its resources were reclaimed for another job
@@ -32,10 +34,16 @@ EXIT_CODES = {
 
 RETRYABLE = frozenset({ExitClass.USER_FAILURE, ExitClass.PLATFORM_FAILURE})
 
+SHUTDOWN = "shut down (`shoal down`, or the agent process was stopped)"
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessExit:
-    """How a process ended, as the agent saw it."""
+    """How a process ended, as the agent saw it.
+
+    ``stop_requested``: the agent signalled it because the server asked; ``agent_shutdown``: the
+    agent signalled it because the agent itself was shutting down. Neither is set when the process
+    had already exited before any signal was sent: such an exit keeps its own class."""
 
     exit_code: int | None  # None when killed by a signal
     signal: int | None = None
@@ -43,15 +51,27 @@ class ProcessExit:
     timed_out: bool = False
     launch_error: str | None = None
     lost: bool = False
+    agent_shutdown: bool = False
 
 
-def classify_exit(result: ProcessExit) -> ExitClass:
+@dataclass(frozen=True, slots=True)
+class TaskEnd:
+    """How one task attempt ended, everything derived from its ``ProcessExit``."""
+
+    exit_class: ExitClass
+    exit_code: int
+    state: State  # SUCCEEDED, FAILED or STOPPED
+    diagnostics: str
+
+
+def classify_exit(result: ProcessExit, *, preempting: bool = False) -> ExitClass:
+    """``preempting``: the job's resources are being reclaimed, so a stop is a preemption."""
     if result.launch_error is not None or result.lost:
         return ExitClass.PLATFORM_FAILURE
     if result.timed_out:
         return ExitClass.TIMEOUT
-    if result.stop_requested:
-        return ExitClass.STOPPED
+    if result.stop_requested or result.agent_shutdown:
+        return ExitClass.PREEMPTED if preempting else ExitClass.STOPPED
     if result.exit_code == 0:
         return ExitClass.SUCCEEDED
     return ExitClass.USER_FAILURE
@@ -68,6 +88,47 @@ def reported_exit_code(result: ProcessExit, exit_class: ExitClass) -> int:
     return EXIT_CODES.get(exit_class, -8000)
 
 
+def task_state_for(exit_class: ExitClass) -> State:
+    return {
+        ExitClass.SUCCEEDED: State.SUCCEEDED,
+        ExitClass.STOPPED: State.STOPPED,
+        ExitClass.PREEMPTED: State.STOPPED,
+    }.get(exit_class, State.FAILED)
+
+
+def _task_diagnostics(result: ProcessExit, exit_class: ExitClass) -> str:
+    if result.launch_error:
+        return f"could not launch: {result.launch_error}"
+    if result.lost:
+        return "the node or agent running it was lost"
+    cause = {
+        ExitClass.TIMEOUT: "the job's max runtime was reached",
+        ExitClass.PREEMPTED: "stopped to give its resources to another job (preemption)",
+    }.get(exit_class, "")
+    if exit_class is ExitClass.STOPPED:
+        cause = f"stopped because its agent {SHUTDOWN}" if result.agent_shutdown else ""
+    killed = f"killed by signal {result.signal}" if result.signal is not None else ""
+    return "; ".join(part for part in (cause, killed) if part)
+
+
+def end_task(result: ProcessExit, *, preempting: bool = False) -> TaskEnd:
+    """The class, code, final state and diagnostics of one finished task attempt."""
+    exit_class = classify_exit(result, preempting=preempting)
+    return TaskEnd(
+        exit_class,
+        reported_exit_code(result, exit_class),
+        task_state_for(exit_class),
+        _task_diagnostics(result, exit_class),
+    )
+
+
+def should_retry_task(exit_class: ExitClass, retries_used: int, retry_limit: int) -> bool:
+    return exit_class in RETRYABLE and retries_used < retry_limit
+
+
+# ---- the job ----
+
+
 @dataclass(frozen=True, slots=True)
 class RolePolicy:
     name: str
@@ -81,60 +142,161 @@ class TaskOutcome:
     role: str
     index: int
     state: State  # SUCCEEDED / FAILED / STOPPED when finished, else WAITING / RUNNING / STOPPING
+    exit_class: ExitClass | None = None
+    exit_code: int | None = None
 
 
 class JobVerdict(StrEnum):
     UNDECIDED = "UNDECIDED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    STOPPED = "STOPPED"  # a task was stopped before the job was decided: it was interrupted
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     verdict: JobVerdict
     reason: str = ""
+    trigger: TaskOutcome | None = None  # the task whose exit decided it, if one did
 
 
-def judge(policies: Sequence[RolePolicy], tasks: Sequence[TaskOutcome]) -> Verdict:
+def _duration(seconds: float) -> str:
+    text = f"{seconds:g}s"
+    if seconds >= 60:
+        hours, rest = divmod(int(seconds), 3600)
+        minutes, secs = divmod(rest, 60)
+        human = "".join(f"{v}{u}" for v, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if v)
+        text += f" ({human})"
+    return text
+
+
+def timeout_reason(max_runtime_s: float | None) -> str:
+    limit = f" of {_duration(max_runtime_s)}" if max_runtime_s else ""
+    return f"the job's max runtime{limit} was reached; its tasks were stopped"
+
+
+def judge(
+    policies: Sequence[RolePolicy],
+    tasks: Sequence[TaskOutcome],
+    max_runtime_s: float | None = None,
+) -> Verdict:
     """Apply the per-role completion policy (OpenPAI/FrameworkController semantics).
 
-    A role whose failed count reaches ``min_failed`` fails the job at once; a role whose succeeded
-    count reaches ``min_succeeded`` succeeds it at once (failure checked first). If no threshold
-    trips, the job succeeds when every task has finished.
+    A task that ran out of the job's max runtime fails the job at once (class TIMEOUT). A role
+    whose failed count reaches ``min_failed`` fails the job at once; a role whose succeeded count
+    reaches ``min_succeeded`` succeeds it at once (failure checked first). A task stopped before
+    any of that (by something other than the job's own decision: an agent's shutdown) means the
+    job was interrupted: STOPPED, never SUCCEEDED. Otherwise the job succeeds when every task has
+    finished.
     """
+    timed_out = next((t for t in tasks if t.exit_class is ExitClass.TIMEOUT), None)
+    if timed_out is not None:
+        return Verdict(JobVerdict.FAILED, timeout_reason(max_runtime_s), timed_out)
     by_role: dict[str, list[TaskOutcome]] = {}
     for task in tasks:
         by_role.setdefault(task.role, []).append(task)
     for policy in policies:
-        failed = sum(1 for t in by_role.get(policy.name, []) if t.state is State.FAILED)
-        if policy.min_failed is not None and failed >= policy.min_failed:
+        failed = [t for t in by_role.get(policy.name, []) if t.state is State.FAILED]
+        if policy.min_failed is not None and failed and len(failed) >= policy.min_failed:
             return Verdict(
                 JobVerdict.FAILED,
-                f"{failed} instance(s) of role {policy.name} failed "
+                f"{len(failed)} instance(s) of role {policy.name} failed "
                 f"(the role fails the job at {policy.min_failed})",
+                failed[0],
             )
     for policy in policies:
-        done = sum(1 for t in by_role.get(policy.name, []) if t.state is State.SUCCEEDED)
-        if policy.min_succeeded is not None and done >= policy.min_succeeded:
+        done = [t for t in by_role.get(policy.name, []) if t.state is State.SUCCEEDED]
+        if policy.min_succeeded is not None and done and len(done) >= policy.min_succeeded:
             return Verdict(
                 JobVerdict.SUCCEEDED,
-                f"{done} instance(s) of role {policy.name} succeeded "
+                f"{len(done)} instance(s) of role {policy.name} succeeded "
                 f"(the role succeeds the job at {policy.min_succeeded})",
+                done[0],
             )
-    if tasks and all(t.state.is_terminal for t in tasks):
+    stopped = next((t for t in tasks if t.state is State.STOPPED), None)
+    if stopped is not None:
         return Verdict(
-            JobVerdict.SUCCEEDED, "every task finished without tripping a failure policy"
+            JobVerdict.STOPPED,
+            f"{stopped.role}[{stopped.index}] was stopped before the job was decided",
+            stopped,
+        )
+    if tasks and all(t.state.is_terminal for t in tasks):
+        failed_count = sum(1 for t in tasks if t.state is State.FAILED)
+        tolerated = f" ({failed_count} failure(s) tolerated by the policy)" if failed_count else ""
+        return Verdict(
+            JobVerdict.SUCCEEDED,
+            f"every task finished without tripping a failure policy{tolerated}",
         )
     return Verdict(JobVerdict.UNDECIDED)
 
 
-def should_retry_task(exit_class: ExitClass, retries_used: int, retry_limit: int) -> bool:
-    return exit_class in RETRYABLE and retries_used < retry_limit
+class StopCause(StrEnum):
+    USER = "user"  # someone ran `job stop`
+    AGENT_SHUTDOWN = "agent_shutdown"  # an agent stopped the job's tasks as it shut down
+    INTERRUPTED = "interrupted"  # a task was stopped before the job was decided
 
 
-def task_state_for(exit_class: ExitClass) -> State:
-    return {
-        ExitClass.SUCCEEDED: State.SUCCEEDED,
-        ExitClass.STOPPED: State.STOPPED,
-        ExitClass.PREEMPTED: State.STOPPED,
-    }.get(exit_class, State.FAILED)
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """A job's final state, class, code and diagnostics."""
+
+    state: State  # SUCCEEDED, FAILED or STOPPED
+    exit_class: ExitClass
+    exit_code: int | None
+    diagnostics: str
+
+
+def stop_reason(cause: StopCause, detail: str = "") -> str:
+    """``detail``: who asked (USER), the node (AGENT_SHUTDOWN), the verdict (INTERRUPTED)."""
+    if cause is StopCause.USER:
+        return f"stopped by {detail}" if detail else "stopped on request"
+    if cause is StopCause.AGENT_SHUTDOWN:
+        where = f" on {detail}" if detail else ""
+        return (
+            f"interrupted: the agent{where} {SHUTDOWN} and stopped the job's tasks; "
+            "a job interrupted this way is not rerun: submit it again"
+        )
+    return f"interrupted: {detail}" if detail else "interrupted"
+
+
+def stopped_job(cause: StopCause, detail: str = "") -> JobEnd:
+    return JobEnd(
+        State.STOPPED, ExitClass.STOPPED, EXIT_CODES[ExitClass.STOPPED], stop_reason(cause, detail)
+    )
+
+
+def end_job(verdict: Verdict) -> JobEnd:
+    """The job's end for a decided verdict."""
+    trigger = verdict.trigger
+    if verdict.verdict is JobVerdict.SUCCEEDED:
+        return JobEnd(State.SUCCEEDED, ExitClass.SUCCEEDED, 0, verdict.reason)
+    if verdict.verdict is JobVerdict.STOPPED:
+        return stopped_job(StopCause.INTERRUPTED, verdict.reason)
+    if verdict.verdict is JobVerdict.FAILED:
+        exit_class = (trigger.exit_class if trigger else None) or ExitClass.USER_FAILURE
+        return JobEnd(
+            State.FAILED, exit_class, trigger.exit_code if trigger else None, verdict.reason
+        )
+    raise ValueError("an undecided job has no end")
+
+
+def should_retry_job(end: JobEnd, attempt: int, job_retry_count: int) -> bool:
+    """A failed attempt runs again while job retries remain, unless it ran out of time (its max
+    runtime counts from the first launch, so another attempt would time out at once)."""
+    return end.state is State.FAILED and end.exit_class in RETRYABLE and attempt <= job_retry_count
+
+
+class RetryCause(StrEnum):
+    """Why a job went back to the queue (OpenPAI's ``retryDetails`` keys)."""
+
+    USER = "user"
+    PLATFORM = "platform"
+    RESOURCE = "resource"
+
+
+def retry_cause(exit_class: ExitClass) -> RetryCause:
+    if exit_class is ExitClass.PREEMPTED:
+        return RetryCause.RESOURCE
+    if exit_class is ExitClass.PLATFORM_FAILURE:
+        return RetryCause.PLATFORM
+    return RetryCause.USER

@@ -41,7 +41,7 @@ class TaskEvent(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOP_REQUESTED = "stop_requested"
-    STOPPED = "stopped"
+    STOPPED = "stopped"  # it exited because it was signalled to stop
     RETRIED = "retried"  # the attempt failed and the task runs again in place
 
 
@@ -72,9 +72,12 @@ TASK_TRANSITIONS: dict[tuple[State, TaskEvent], State] = {
     (State.RUNNING, TaskEvent.SUCCEEDED): State.SUCCEEDED,
     (State.RUNNING, TaskEvent.FAILED): State.FAILED,
     (State.RUNNING, TaskEvent.STOP_REQUESTED): State.STOPPING,
+    (State.RUNNING, TaskEvent.STOPPED): State.STOPPED,  # stopped by its agent's shutdown
     (State.STOPPING, TaskEvent.STOPPED): State.STOPPED,
-    (State.STOPPING, TaskEvent.SUCCEEDED): State.STOPPED,
-    (State.STOPPING, TaskEvent.FAILED): State.STOPPED,
+    # A task asked to stop that exited on its own before the signal reached it keeps its own
+    # outcome: an exit 0 is a success, not a stop.
+    (State.STOPPING, TaskEvent.SUCCEEDED): State.SUCCEEDED,
+    (State.STOPPING, TaskEvent.FAILED): State.FAILED,
     (State.STOPPING, TaskEvent.STOP_REQUESTED): State.STOPPING,
     (State.RUNNING, TaskEvent.RETRIED): State.WAITING,  # it failed and has retries left
 }

@@ -210,6 +210,9 @@ class ExitReport(BaseModel):
     stop_requested: bool = False
     timed_out: bool = False
     launch_error: str | None = None
+    agent_shutdown: bool = Field(
+        False, description="The agent stopped it because the agent itself was shutting down."
+    )
     started_at: float | None = None
     finished_at: float
     usage: dict[str, Any] = Field(default_factory=dict)

@@ -93,6 +93,10 @@ class Job(Base):
     pending_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     preempted_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Attempts that went back to the queue, by cause (OpenPAI's retryDetails).
+    retries_user: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    retries_platform: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    retries_resource: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Task(Base):

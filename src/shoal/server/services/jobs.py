@@ -10,6 +10,7 @@ from pathlib import Path
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
+from shoal.core.lifecycle import StopCause, stopped_job
 from shoal.core.plan import InfeasibleJob
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot
@@ -230,10 +231,12 @@ def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
             return job
         job.stop_requested = True
         job.version += 1
+        end = stopped_job(StopCause.USER, principal.user)
+        job.diagnostics = end.diagnostics
         if state is State.WAITING and job.completing is None:
             job.state = advance_job(state, JobEvent.STOP_REQUESTED).value
             job.completed_at = now
-            job.exit_class = "STOPPED"
+            job.exit_class, job.exit_code = end.exit_class.value, end.exit_code
             job.pending_code = job.pending_message = None
             record(session, job.id, now, "stopped", f"stopped by {principal.user} while waiting")
         else:

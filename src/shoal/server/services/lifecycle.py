@@ -7,21 +7,36 @@ from sqlalchemy.orm import Session
 
 from shoal.core.lifecycle import (
     ExitClass,
+    JobEnd,
     JobVerdict,
     ProcessExit,
+    RetryCause,
     RolePolicy,
+    StopCause,
     TaskOutcome,
-    classify_exit,
+    end_job,
+    end_task,
     judge,
-    reported_exit_code,
+    retry_cause,
+    should_retry_job,
     should_retry_task,
-    task_state_for,
+    stop_reason,
+    stopped_job,
 )
 from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
 from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
 from shoal.server.services.snapshot import spec_of
 from shoal.store.models import Job, Task
+
+# The task event that ends a task in each final state.
+_ENDING = {
+    State.SUCCEEDED: TaskEvent.SUCCEEDED,
+    State.FAILED: TaskEvent.FAILED,
+    State.STOPPED: TaskEvent.STOPPED,
+}
+# ``Job.completing``: why a job's tasks are being ended before the job moves on.
+PREEMPTED, RETRY, SHUTDOWN, INTERRUPTED = "preempted", "retry", "shutdown", "interrupted"
 
 
 def on_started(session: Session, task: Task, pid: int, started_at: float) -> None:
@@ -57,34 +72,27 @@ def on_exit(
         return
     if task.state == State.WAITING.value:
         task.state = State.RUNNING.value  # it never reported running; it did start (or try to)
-    if task.kill_requested and not result.stop_requested and not result.timed_out:
-        result = ProcessExit(
-            result.exit_code, result.signal, True, False, result.launch_error, result.lost
-        )
-    exit_class = classify_exit(result)
     job = session.get(Job, task.job_id)
     assert job is not None
-    if job.completing == "preempted" and exit_class is ExitClass.STOPPED:
-        exit_class = ExitClass.PREEMPTED
-    task.exit_class = exit_class.value
-    task.exit_code = reported_exit_code(result, exit_class)
+    end = end_task(result, preempting=job.completing == PREEMPTED)
+    task.exit_class = end.exit_class.value
+    task.exit_code = end.exit_code
     task.finished_at = now
-    task.diagnostics = _diagnostics(result, exit_class)
+    task.diagnostics = end.diagnostics
     task.usage = dict(usage or {})
-    spec = spec_of(job)
-    limit = spec.role(task.role).task_retry_count
+    limit = spec_of(job).role(task.role).task_retry_count
     retrying = (
         not job.stop_requested
         and job.completing is None
         and job.state == State.RUNNING.value
-        and should_retry_task(exit_class, task.attempt - 1, limit)
+        and should_retry_task(end.exit_class, task.attempt - 1, limit)
     )
     record(
         session,
         job.id,
         now,
         "exited",
-        f"{task.role}[{task.index}] attempt {task.attempt} exited: {exit_class.value} "
+        f"{task.role}[{task.index}] attempt {task.attempt} exited: {end.exit_class.value} "
         f"(code {task.exit_code}){'; ' + task.diagnostics if task.diagnostics else ''}",
         task.role,
         task.index,
@@ -92,18 +100,22 @@ def on_exit(
     if retrying:
         _retry_in_place(session, task, limit, now)
         return
-    current = State(task.state)
-    if current is State.STOPPING:
-        task.state = advance_task(current, TaskEvent.STOPPED).value
-    else:
-        target = task_state_for(exit_class)
-        event = {State.SUCCEEDED: TaskEvent.SUCCEEDED, State.FAILED: TaskEvent.FAILED}.get(
-            target, TaskEvent.STOP_REQUESTED
-        )
-        task.state = advance_task(current, event).value
-        if State(task.state) is State.STOPPING:
-            task.state = advance_task(State.STOPPING, TaskEvent.STOPPED).value
+    task.state = advance_task(State(task.state), _ENDING[end.state]).value
+    if result.agent_shutdown:
+        _interrupt(session, job, SHUTDOWN, stop_reason(StopCause.AGENT_SHUTDOWN, task.node), now)
     settle_job(session, job, now, task)
+
+
+def _interrupt(session: Session, job: Job, why: str, diagnostics: str, now: float) -> None:
+    """Stop a running, undecided job that something other than its user interrupted."""
+    if job.state != State.RUNNING.value or job.completing is not None or job.stop_requested:
+        return  # already decided, requeueing or stopping: that course stands
+    job.state = advance_job(State.RUNNING, JobEvent.STOP_REQUESTED).value
+    job.completing = why
+    job.diagnostics = diagnostics
+    job.version += 1
+    record(session, job.id, now, "stopping", diagnostics)
+    request_kill(session, job.id)
 
 
 def _retry_in_place(session: Session, task: Task, limit: int, now: float) -> None:
@@ -125,18 +137,6 @@ def _retry_in_place(session: Session, task: Task, limit: int, now: float) -> Non
     )
 
 
-def _diagnostics(result: ProcessExit, exit_class: ExitClass) -> str:
-    if result.launch_error:
-        return f"could not launch: {result.launch_error}"
-    if result.lost:
-        return "the node or agent running it was lost"
-    if exit_class is ExitClass.TIMEOUT:
-        return "the job's max runtime was reached"
-    if result.signal is not None:
-        return f"killed by signal {result.signal}"
-    return ""
-
-
 def _attempt_tasks(session: Session, job: Job, task: Task | None) -> list[Task]:
     """The tasks of the job's current attempt (no query when ``task`` is the only one)."""
     alone = task is not None and sum(role.instances for role in spec_of(job).roles) == 1
@@ -153,36 +153,63 @@ def settle_job(session: Session, job: Job, now: float, task: Task | None = None)
     tasks = _attempt_tasks(session, job, task)
     if job.state == State.RUNNING.value and job.completing is None and not job.stop_requested:
         _apply_verdict(session, job, tasks, now)
-    if tasks and all(State(t.state).is_terminal for t in tasks):
-        if job.completing == "preempted":
-            job.state = advance_job(State.RUNNING, JobEvent.PREEMPTED).value
-            record(
-                session,
-                job.id,
-                now,
-                "requeued",
-                f"back in the queue after preemption for job {job.preempted_by}; it keeps "
-                "its submission time, so its place",
-            )
-            job.completing = job.preempted_by = None
-            job.version += 1
-        elif job.completing == "retry":
-            job.state = advance_job(State.RUNNING, JobEvent.RETRIED).value
-            job.completing = None
-            job.version += 1
-            record(
-                session,
-                job.id,
-                now,
-                "requeued",
-                f"attempt {job.attempt + 1} of {job.job_retry_count + 1} is queued",
-            )
-        elif job.state == State.STOPPING.value:
-            job.state = advance_job(State.STOPPING, JobEvent.STOPPED).value
-            job.version += 1
-            job.completed_at = now
-            job.exit_class = ExitClass.STOPPED.value
-            record(session, job.id, now, "stopped", "every task has stopped")
+    if not tasks or not all(State(t.state).is_terminal for t in tasks):
+        return
+    if job.completing == PREEMPTED:
+        _requeue(session, job, RetryCause.RESOURCE, now)
+        record(
+            session,
+            job.id,
+            now,
+            "requeued",
+            f"back in the queue after preemption for job {job.preempted_by}; it keeps "
+            "its submission time, so its place",
+        )
+        job.preempted_by = None
+    elif job.completing == RETRY:
+        _requeue(session, job, retry_cause(ExitClass(job.exit_class or "USER_FAILURE")), now)
+        record(
+            session,
+            job.id,
+            now,
+            "requeued",
+            f"attempt {job.attempt + 1} of {job.job_retry_count + 1} is queued",
+        )
+    elif job.state == State.STOPPING.value:
+        cause = {SHUTDOWN: StopCause.AGENT_SHUTDOWN, INTERRUPTED: StopCause.INTERRUPTED}.get(
+            job.completing or "", StopCause.USER
+        )
+        end = stopped_job(cause)
+        _finish(job, end, now, keep_diagnostics=True)
+        job.completing = None
+        record(session, job.id, now, "stopped", f"every task has stopped: {job.diagnostics}")
+
+
+def _requeue(session: Session, job: Job, cause: RetryCause, now: float) -> None:
+    """Back to the queue for another attempt, counting the retry by its cause."""
+    event = JobEvent.PREEMPTED if cause is RetryCause.RESOURCE else JobEvent.RETRIED
+    job.state = advance_job(State.RUNNING, event).value
+    job.completing = None
+    job.version += 1
+    if cause is RetryCause.RESOURCE:
+        job.retries_resource += 1
+    elif cause is RetryCause.PLATFORM:
+        job.retries_platform += 1
+    else:
+        job.retries_user += 1
+
+
+def _finish(job: Job, end: JobEnd, now: float, keep_diagnostics: bool = False) -> None:
+    """Apply a job's end (``keep_diagnostics``: the reason given when its stop began stands)."""
+    event = {State.SUCCEEDED: JobEvent.SUCCEEDED, State.FAILED: JobEvent.FAILED}.get(
+        end.state, JobEvent.STOPPED
+    )
+    job.state = advance_job(State(job.state), event).value
+    job.exit_class, job.exit_code = end.exit_class.value, end.exit_code
+    if not (keep_diagnostics and job.diagnostics):
+        job.diagnostics = end.diagnostics
+    job.version += 1
+    job.completed_at = now
 
 
 def _apply_verdict(session: Session, job: Job, tasks: list[Task], now: float) -> None:
@@ -191,30 +218,36 @@ def _apply_verdict(session: Session, job: Job, tasks: list[Task], now: float) ->
         RolePolicy(r.name, r.instances, r.completion.min_failed, r.completion.min_succeeded)
         for r in spec.roles
     ]
-    verdict = judge(policies, [TaskOutcome(t.role, t.index, State(t.state)) for t in tasks])
+    outcomes = [
+        TaskOutcome(
+            t.role,
+            t.index,
+            State(t.state),
+            ExitClass(t.exit_class) if t.exit_class and State(t.state).is_terminal else None,
+            t.exit_code,
+        )
+        for t in tasks
+    ]
+    verdict = judge(policies, outcomes, spec.max_runtime_s)
     if verdict.verdict is JobVerdict.UNDECIDED:
         return
-    job.diagnostics = verdict.reason
-    if verdict.verdict is JobVerdict.SUCCEEDED:
-        job.state = advance_job(State.RUNNING, JobEvent.SUCCEEDED).value
-        job.exit_class, job.exit_code = ExitClass.SUCCEEDED.value, 0
-    else:
-        trigger = next((t for t in tasks if t.state == State.FAILED.value), None)
-        job.exit_class = trigger.exit_class if trigger else ExitClass.USER_FAILURE.value
-        job.exit_code = trigger.exit_code if trigger else None
-        if job.attempt <= job.job_retry_count:
-            job.completing = "retry"
-            record(
-                session,
-                job.id,
-                now,
-                "failing",
-                f"attempt {job.attempt} failed ({verdict.reason}); it will be retried",
-            )
-            request_kill(session, job.id, tasks)
-            return
-        job.state = advance_job(State.RUNNING, JobEvent.FAILED).value
-    job.version += 1
-    job.completed_at = now
-    record(session, job.id, now, job.state.lower(), verdict.reason)
+    end = end_job(verdict)
+    if end.state is State.STOPPED:
+        _interrupt(session, job, INTERRUPTED, end.diagnostics, now)
+        return
+    job.diagnostics = end.diagnostics
+    job.exit_class, job.exit_code = end.exit_class.value, end.exit_code
+    if should_retry_job(end, job.attempt, job.job_retry_count):
+        job.completing = RETRY
+        record(
+            session,
+            job.id,
+            now,
+            "failing",
+            f"attempt {job.attempt} failed ({end.diagnostics}); it will be retried",
+        )
+        request_kill(session, job.id, tasks)
+        return
+    _finish(job, end, now)
+    record(session, job.id, now, job.state.lower(), end.diagnostics)
     request_kill(session, job.id, tasks)

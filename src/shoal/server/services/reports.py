@@ -108,6 +108,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                     report.stop_requested,
                     report.timed_out,
                     report.launch_error,
+                    agent_shutdown=report.agent_shutdown,
                 )
                 if task.started_at is None and report.started_at is not None:
                     task.started_at = report.started_at
