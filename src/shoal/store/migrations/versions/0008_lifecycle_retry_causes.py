@@ -1,7 +1,7 @@
 """lifecycle: retries counted by cause
 
-Revision ID: 0006_lifecycle
-Revises: 0005
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-23 10:00:00.000000
 
 A job's attempts that went back to the queue, split by cause as OpenPAI's ``retryDetails`` does:
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006_lifecycle"
-down_revision = "0005"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
