@@ -49,6 +49,14 @@ class PendingReasonOut(BaseModel):
     position: int | None = None
 
 
+class BlockerOut(BaseModel):
+    id: str
+    user: str
+    name: str
+    virtualCluster: str
+    gpus: int = Field(description="GPUs the job holds now.")
+
+
 class PendingDetail(BaseModel):
     id: str
     state: str
@@ -61,6 +69,10 @@ class PendingDetail(BaseModel):
         "(null: it would not fit even on an idle cluster)."
     )
     preempting: list[str] = Field(description="Jobs being preempted to make room for it.")
+    blockerDetails: list[BlockerOut] | None = Field(
+        None, description="The blockers with their user, name and GPUs (null as for blockers)."
+    )
+    preemptingDetails: list[BlockerOut] = Field(default_factory=list)
 
 
 class TaskOut(BaseModel):
@@ -98,6 +110,9 @@ class JobSummary(BaseModel):
     exitClass: str | None
     exitCode: int | None
     pending: PendingReasonOut | None = None
+    nodes: list[str] = Field(
+        default_factory=list, description="Nodes of the current attempt's tasks."
+    )
 
 
 class JobDetail(JobSummary):
@@ -105,6 +120,37 @@ class JobDetail(JobSummary):
     format: str
     roles: list[dict[str, Any]]
     tasks: list[TaskOut]
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str = Field(description="The job file's text (any supported format).")
+    format: FormatName = "auto"
+    params: dict[str, str] = Field(default_factory=dict)
+    virtual_cluster: str | None = None
+    task: str | None = Field(None, description="ROLE/INDEX whose environment to return.")
+
+
+class PlannedTask(BaseModel):
+    role: str
+    index: int
+    node: str
+    address: str
+    gpus: list[int]
+    ports: dict[str, list[int]]
+
+
+class PlanOut(BaseModel):
+    name: str
+    admitted: bool = Field(description="It would start now on the cluster as it is.")
+    reason: PendingReasonOut | None = None
+    placements: list[PlannedTask] = Field(default_factory=list)
+    preempting: list[str] = Field(
+        default_factory=list, description="Jobs that would be preempted to make room for it."
+    )
+    env: dict[str, str] | None = None
+    nodes: int = Field(description="Nodes planned against (the server's, not simulated).")
 
 
 class EventOut(BaseModel):
