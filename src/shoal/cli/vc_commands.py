@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, print_json
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit
 from shoal.cli.render import console
 from shoal.spec import units
 
@@ -119,8 +119,7 @@ vc_app.command("update")(_save_command(create=False))
 def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
     """Virtual clusters: guarantee, borrowing limit and what they use now."""
     rows = client().vcs()
-    if output is OutputFormat.JSON:
-        print_json(rows)
+    if emit(rows, output):
         return
     table = Table(show_edge=False, pad_edge=False)
     for column in (
