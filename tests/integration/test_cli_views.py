@@ -118,6 +118,10 @@ def test_watch_describe_wide_and_since(cluster: LocalCluster, tmp_path: Path) ->
     assert json.loads(future.stdout) == []
     bad = shoal(cluster.home, "job", "list", "--state", "TIMEOUT")
     assert bad.returncode == 2 and "use one of WAITING, RUNNING" in bad.stderr
+    team = "a-long-virtual-cluster-name-that-rich-would-cut"
+    cluster.client.save_vc(team, {"members": ["alice", "bob", "carol", "dave"]}, create=True)
+    vcs = shoal_env(cluster.home, {"COLUMNS": "80"}, "vc", "list")  # piped: other tables too
+    assert team in vcs.stdout and "alice,bob,carol,dave" in vcs.stdout and "…" not in vcs.stdout
 
 
 def test_list_watch_redraws_and_ctrl_c_exits_0(cluster: LocalCluster, tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from shoal.spec.units import format_cpu, format_memory
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+if not console.is_terminal:
+    console.width = 4096  # piped: tables are as wide as their values, never cut to 80 columns
 
 
 def print_problems(source: str, problems: Sequence[SpecProblem]) -> None:
