@@ -134,15 +134,45 @@ class ShoalClient:
         result: list[dict[str, Any]] = self._call("POST", "/api/v1/jobs", json=body)
         return result
 
-    def jobs(self, states: list[str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    def jobs(
+        self,
+        states: list[str] | None = None,
+        limit: int = 100,
+        all_users: bool = False,
+        since: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Newest first; ``all_users``: everyone's (summaries); ``since``: submitted at/after."""
         params: dict[str, Any] = {"limit": limit}
         if states:
             params["state"] = states
+        if all_users:
+            params["allUsers"] = "true"
+        if since is not None:
+            params["since"] = since
         result: list[dict[str, Any]] = self._call("GET", "/api/v1/jobs", params=params)
         return result
 
     def job(self, ref: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}")
+        return result
+
+    def plan(
+        self,
+        spec: str,
+        format: str = "auto",
+        params: dict[str, str] | None = None,
+        virtual_cluster: str | None = None,
+        task: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Dry run on the server's cluster as it is now; nothing is stored."""
+        body = {
+            "spec": spec,
+            "format": format,
+            "params": params or {},
+            "virtual_cluster": virtual_cluster,
+            "task": task,
+        }
+        result: list[dict[str, Any]] = self._call("POST", "/api/v1/jobs/plan", json=body)
         return result
 
     def why(self, ref: str) -> dict[str, Any]:

@@ -61,6 +61,22 @@ def test_users_see_and_touch_only_their_own_jobs(server: tuple[TestClient, str])
     assert client.get(f"/api/v1/jobs/{job_id}", headers=bearer(alice)).json()["state"] == "WAITING"
 
 
+def test_everyones_queue_shows_summaries_never_commands_logs_or_events(
+    server: tuple[TestClient, str],
+) -> None:
+    client, admin = server
+    alice, bob = make_user(client, admin, "alice"), make_user(client, admin, "bob")
+    spec = JOB.format(name="a1").replace("echo hi", "echo s3cr3t-command")
+    job_id = client.post("/api/v1/jobs", json={"spec": spec}, headers=bearer(alice)).json()[0]["id"]
+    listed = client.get("/api/v1/jobs", params={"allUsers": "true"}, headers=bearer(bob))
+    assert [(j["id"], j["user"], j["name"]) for j in listed.json()] == [(job_id, "alice", "a1")]
+    assert "s3cr3t-command" not in listed.text
+    for path in (job_id, "alice~a1", f"{job_id}/events", f"{job_id}/logs", "alice~a1/logs"):
+        response = client.get(f"/api/v1/jobs/{path}", headers=bearer(bob))
+        assert response.status_code == 404, path
+        assert "s3cr3t-command" not in response.text
+
+
 def test_admin_only_operations(server: tuple[TestClient, str]) -> None:
     client, admin = server
     alice = make_user(client, admin, "alice")

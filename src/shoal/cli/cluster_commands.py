@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail
 from shoal.cli.render import console, err_console
 from shoal.local.supervisor import UpOptions, read_run, start_local, stop_local
 from shoal.server.settings import ServerSettings, default_home
@@ -100,8 +100,7 @@ def down() -> None:
 def status(output: OutputFormat = OUTPUT_OPTION) -> None:
     """Cluster status: server, nodes, resources in use, jobs by state."""
     data = client().cluster()
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if emit(data, output):
         return
     totals, used = data["totals"], data["allocated"]
     console.print(f"server: {data['url']} (shoal {data['version']})")
@@ -118,8 +117,7 @@ def status(output: OutputFormat = OUTPUT_OPTION) -> None:
 def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
     """Nodes with their capacity and what is allocated on them."""
     nodes = client().nodes()
-    if output is OutputFormat.JSON:
-        print_json(nodes)
+    if emit(nodes, output):
         return
     table = Table(show_edge=False, pad_edge=False)
     for column in ("node", "address", "state", "cpu", "memory (MiB)", "gpu", "age of heartbeat"):

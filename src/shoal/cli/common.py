@@ -18,11 +18,18 @@ R = TypeVar("R")
 
 
 class OutputFormat(StrEnum):
+    """Every read command's ``-o``: ``wide`` adds columns where a command has a table (elsewhere
+    it is ``text``); ``json`` and ``yaml`` print the API's data as it is."""
+
     TEXT = "text"
+    WIDE = "wide"
     JSON = "json"
+    YAML = "yaml"
 
 
-OUTPUT_OPTION = typer.Option(OutputFormat.TEXT, "--output", "-o", help="text or json.")
+OUTPUT_OPTION = typer.Option(
+    OutputFormat.TEXT, "--output", "-o", help="text, wide (more columns), json or yaml."
+)
 
 
 def client() -> ShoalClient:
@@ -67,3 +74,21 @@ def _render_problem(problem: Any) -> str:
 
 def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def print_yaml(data: Any) -> None:
+    import yaml  # only when asked for
+
+    plain = json.loads(json.dumps(data, default=str))  # the same values as -o json shows
+    typer.echo(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True), nl=False)
+
+
+def emit(data: Any, output: OutputFormat) -> bool:
+    """Print ``data`` as JSON or YAML if that is the format asked for; False for text/wide."""
+    if output is OutputFormat.JSON:
+        print_json(data)
+    elif output is OutputFormat.YAML:
+        print_yaml(data)
+    else:
+        return False
+    return True

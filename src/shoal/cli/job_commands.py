@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from shoal.cli.render import print_dry_run, print_jobs, print_problems, print_warnings
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, emit, fail
+from shoal.cli.render import (
+    err_console,
+    print_jobs,
+    print_plan,
+    print_problems,
+    print_warnings,
+)
 from shoal.cli.task_env import start_dir_note
+from shoal.client import ServerUnavailable, ShoalClient, ShoalError
 from shoal.planning import DryRun, dry_run, simulated_nodes
 from shoal.spec import units
 from shoal.spec.errors import SpecError, SpecProblem
@@ -21,13 +28,17 @@ from shoal.spec.model import JobSpec, SourceFormat
 job_app = typer.Typer(help="Validate, plan and (with a server) run jobs.", no_args_is_help=True)
 
 
-class OutputFormat(StrEnum):
-    TEXT = "text"
-    JSON = "json"
-
-
 class FormatChoice(StrEnum):
     AUTO = "auto"
+    NATIVE = "native"
+    PAI = "pai"
+    PAI_V1 = "pai-v1"
+    MARO = "maro"
+
+
+class TemplateFormat(StrEnum):
+    """The formats a template exists in (``auto`` is for reading files, not writing them)."""
+
     NATIVE = "native"
     PAI = "pai"
     PAI_V1 = "pai-v1"
@@ -52,17 +63,13 @@ def _load(
             file, params, None if fmt is FormatChoice.AUTO else SourceFormat(fmt.value)
         )
     except SpecError as exc:
-        if output is OutputFormat.JSON:
-            payload = {"valid": False, "errors": [p.to_dict() for p in exc.problems]}
-            typer.echo(json.dumps(payload, indent=2))
-        else:
+        if not emit({"valid": False, "errors": [p.to_dict() for p in exc.problems]}, output):
             print_problems(str(file), exc.problems)
         raise typer.Exit(1) from None
 
 
 FORMAT_OPTION = typer.Option(FormatChoice.AUTO, "--format", "-f", help="Job file format.")
 PARAM_OPTION = typer.Option(None, "--param", "-p", help="Override a parameter: NAME=VALUE.")
-OUTPUT_OPTION = typer.Option(OutputFormat.TEXT, "--output", "-o", help="text or json.")
 
 
 @job_app.command()
@@ -76,82 +83,116 @@ def validate(
     parsed = _load(file, fmt, parse_params(param), output)
     notes = [start_dir_note(job, file, Path.cwd()) for job in parsed.jobs]
     warnings = [*parsed.warnings, *(SpecProblem("code_dir", n) for n in notes if n)]
-    if output is OutputFormat.JSON:
-        payload = {
-            "valid": True,
-            "format": parsed.format.value,
-            "jobs": [job.public_dict() for job in parsed.jobs],
-            "warnings": [w.to_dict() for w in warnings],
-        }
-        typer.echo(json.dumps(payload, indent=2))
+    payload = {
+        "valid": True,
+        "format": parsed.format.value,
+        "jobs": [job.public_dict() for job in parsed.jobs],
+        "warnings": [w.to_dict() for w in warnings],
+    }
+    if emit(payload, output):
         return
     print_jobs(str(file), parsed)
     print_warnings(warnings)
 
 
 _TEMPLATE_FILES = {
-    (FormatChoice.NATIVE, False): "native.yaml",
-    (FormatChoice.NATIVE, True): "native-distributed.yaml",
-    (FormatChoice.PAI, False): "pai.yaml",
-    (FormatChoice.PAI, True): "pai-distributed.yaml",
-    (FormatChoice.PAI_V1, False): "pai-v1.json",
-    (FormatChoice.PAI_V1, True): "pai-v1-distributed.json",
-    (FormatChoice.MARO, False): "maro.yaml",
-    (FormatChoice.MARO, True): "maro-distributed.yaml",
+    (TemplateFormat.NATIVE, False): "native.yaml",
+    (TemplateFormat.NATIVE, True): "native-distributed.yaml",
+    (TemplateFormat.PAI, False): "pai.yaml",
+    (TemplateFormat.PAI, True): "pai-distributed.yaml",
+    (TemplateFormat.PAI_V1, False): "pai-v1.json",
+    (TemplateFormat.PAI_V1, True): "pai-v1-distributed.json",
+    (TemplateFormat.MARO, False): "maro.yaml",
+    (TemplateFormat.MARO, True): "maro-distributed.yaml",
 }
 
 
-def template_text(fmt: FormatChoice, distributed: bool) -> str:
+def template_text(fmt: TemplateFormat, distributed: bool) -> str:
     name = _TEMPLATE_FILES[(fmt, distributed)]
     return resources.files("shoal.spec").joinpath("templates", name).read_text("utf-8")
 
 
 @job_app.command()
 def template(
-    fmt: FormatChoice = typer.Option(FormatChoice.NATIVE, "--format", "-f", help="Job format."),
+    fmt: TemplateFormat = typer.Option(TemplateFormat.NATIVE, "--format", "-f", help="Job format."),
     distributed: bool = typer.Option(False, "--distributed", help="A multi-role job."),
 ) -> None:
-    """Print a commented job file to start from (it validates as it is)."""
-    if fmt is FormatChoice.AUTO:
-        raise typer.BadParameter("choose native, pai, pai-v1 or maro", param_hint="--format")
-    if fmt is FormatChoice.PAI_V1:
-        print(
-            "# OpenPAI v1 JSON has no comments; fields are described in docs/job-spec.md",
-            file=sys.stderr,
-        )
+    """Print a job file to start from (it validates as it is). The YAML ones are commented;
+    pai-v1 is plain JSON (JSON has no comments: docs/job-spec.md describes its fields)."""
     typer.echo(template_text(fmt, distributed), nl=False)
 
 
 @job_app.command()
 def plan(
     file: Path = typer.Argument(..., help="Job file to place."),
-    nodes: int = typer.Option(1, "--nodes", min=1, max=10_000, help="Simulated nodes."),
-    cpus: float = typer.Option(8, "--cpus", min=0.001, help="Cores per node."),
-    memory: str = typer.Option("32Gi", "--memory", help="Memory per node (MiB or 32Gi)."),
-    gpus: int = typer.Option(0, "--gpus", min=0, max=64, help="GPUs per node."),
+    nodes: int | None = typer.Option(None, "--nodes", min=1, max=10_000, help="Simulated nodes."),
+    cpus: float | None = typer.Option(None, "--cpus", min=0.001, help="Cores per node."),
+    memory: str | None = typer.Option(None, "--memory", help="Memory per node (MiB or 32Gi)."),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, max=64, help="GPUs per node."),
     gpu_type: str | None = typer.Option(None, "--gpu-type", help="GPU type of every node."),
+    simulate: bool = typer.Option(
+        False, "--simulate", help="Plan on simulated idle nodes even if a server answers."
+    ),
     task: str | None = typer.Option(None, "--env", help="Show the environment of ROLE/INDEX."),
     fmt: FormatChoice = FORMAT_OPTION,
     param: list[str] | None = PARAM_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
-    """Dry run: where would this job's tasks go on an idle cluster, and with what environment?"""
+    """Dry run: where would this job's tasks go, and with what environment? On the running
+    server's cluster as it is now (its nodes, running jobs and queue) when one answers; on
+    simulated idle nodes with --simulate, any of --nodes/--cpus/--memory/--gpus/--gpu-type, or
+    when no server answers. Exit 1 if it would not start now."""
+    explicit = any(v is not None for v in (nodes, cpus, memory, gpus, gpu_type))
+    nodes, cpus, memory, gpus = nodes or 1, cpus or 8.0, memory or "32Gi", gpus or 0
     try:
         memory_mib = units.memory_mib(memory)
     except ValueError as exc:
         raise typer.BadParameter(f"{exc}; {units.MEMORY_HINT}", param_hint="--memory") from None
-    parsed = _load(file, fmt, parse_params(param), output)
-    cluster = simulated_nodes(nodes, cpus, memory_mib, gpus, gpu_type=gpu_type)
-    results = [dry_run(job, cluster) for job in parsed.jobs]
-    chosen = [parse_task(task, job) for job in parsed.jobs]
-    if output is OutputFormat.JSON:
-        payload = [_dry_run_json(r, t) for r, t in zip(results, chosen, strict=True)]
-        typer.echo(json.dumps(payload, indent=2))
-    else:
-        for job, result, one in zip(parsed.jobs, results, chosen, strict=True):
-            print_dry_run(job, result, one)
-    if any(result.admission is None for result in results):
+    params = parse_params(param)
+    parsed = _load(file, fmt, params, output)
+    for job in parsed.jobs:
+        parse_task(task, job)
+    offline = simulate or explicit
+    results = None if offline else plan_on_server(file, fmt, params, task)
+    if results is None:
+        cluster = simulated_nodes(nodes, cpus, memory_mib, gpus, gpu_type=gpu_type)
+        results = [
+            _dry_run_json(dry_run(job, cluster), parse_task(task, job), job.name)
+            for job in parsed.jobs
+        ]
+        if not offline:
+            err_console.print(
+                f"note: planned on {len(cluster)} simulated idle node(s) "
+                f"({cpus:g} cores, {memory}, {gpus} GPUs; "
+                "see --nodes/--cpus/--memory/--gpus)",
+                highlight=False,
+            )
+    if not emit(results, output):
+        for result in results:
+            print_plan(result, task)
+    if any(not result["admitted"] for result in results):
         raise typer.Exit(1)
+
+
+def plan_on_server(
+    file: Path, fmt: FormatChoice, params: dict[str, str], task: str | None
+) -> list[dict[str, Any]] | None:
+    """The server's plan, or None (with a note) if no server answers."""
+    api = ShoalClient.from_environment()
+    try:
+        results = api.plan(file.read_text(encoding="utf-8"), fmt.value, params, task=task)
+    except ServerUnavailable:
+        err_console.print(f"note: no shoal server answers at {api.url}", highlight=False)
+        return None
+    except ShoalError as exc:
+        raise fail(f"the server at {api.url} could not plan it: {exc.message}") from None
+    nodes = results[0]["nodes"] if results else 0
+    err_console.print(
+        f"note: planned on the server at {api.url}: its {nodes} node(s) with the jobs running "
+        "and queued now (--simulate: idle simulated nodes instead)",
+        highlight=False,
+    )
+    return [{**result, "cluster": "server"} for result in results]
 
 
 def parse_task(task: str | None, job: JobSpec) -> tuple[str, int] | None:
@@ -170,14 +211,17 @@ def parse_task(task: str | None, job: JobSpec) -> tuple[str, int] | None:
     return role, int(index_text or 0)
 
 
-def _dry_run_json(result: DryRun, task: tuple[str, int] | None) -> dict[str, object]:
+def _dry_run_json(result: DryRun, task: tuple[str, int] | None, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": name, "cluster": "simulated"}
     if result.admission is None:
         reason = result.plan.reason_for("dry-run")
-        return {
-            "admitted": False,
-            "reason": None if reason is None else {"code": reason.code, "message": reason.message},
-        }
-    placements = [
+        data["admitted"] = False
+        data["reason"] = (
+            None if reason is None else {"code": reason.code, "message": reason.message}
+        )
+        return data
+    data["admitted"] = True
+    data["placements"] = [
         {
             "role": p.role,
             "index": p.index,
@@ -188,7 +232,6 @@ def _dry_run_json(result: DryRun, task: tuple[str, int] | None) -> dict[str, obj
         }
         for p in result.admission.placements
     ]
-    data: dict[str, object] = {"admitted": True, "placements": placements}
     if task is not None and result.environment is not None:
         data["env"] = result.environment.for_task(*task)
     return data

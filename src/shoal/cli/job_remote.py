@@ -1,4 +1,5 @@
-"""``shoal job submit|list|status|logs|stop|events``: talk to a running server."""
+"""``shoal job submit|logs|stop``: talk to a running server (the read-only views are in
+``job_views``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, job_app, parse_params
@@ -137,89 +137,6 @@ def _wait(api: ShoalClient, job_id: str, output: OutputFormat) -> dict[str, obje
     return job
 
 
-@job_app.command("list")
-@api_errors
-def list_jobs(
-    state: list[str] | None = typer.Option(None, "--state", help="Only jobs in this state."),
-    all_jobs: bool = typer.Option(False, "--all", help="Include finished jobs."),
-    limit: int = typer.Option(100, "--limit", min=1, max=10000),
-    output: OutputFormat = OUTPUT_OPTION,
-) -> None:
-    """Jobs, newest first (unfinished ones unless --all or --state)."""
-    states = [s.upper() for s in state] if state else None
-    if states is None and not all_jobs:
-        states = ["WAITING", "RUNNING", "STOPPING"]
-    jobs = client().jobs(states, limit)
-    if output is OutputFormat.JSON:
-        print_json(jobs)
-        return
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("id", "name", "user", "vc", "state", "tasks", "gpus", "submitted", "note"):
-        table.add_column(column)
-    for job in jobs:
-        note = job["pending"]["code"] if job.get("pending") else (job.get("exitClass") or "")
-        table.add_row(
-            job["id"],
-            job["name"],
-            job["user"],
-            job["virtualCluster"],
-            job["state"],
-            str(job["taskCount"]),
-            str(job["gpus"]),
-            time.strftime("%H:%M:%S", time.localtime(job["submittedAt"])),
-            note,
-        )
-    console.print(table)
-
-
-@job_app.command("status")
-@api_errors
-def job_status(
-    job: str = typer.Argument(..., help="Job id or name."),
-    output: OutputFormat = OUTPUT_OPTION,
-) -> None:
-    """A job's state, its tasks, and why it waits (if it does)."""
-    api = client()
-    detail = api.job(job)
-    if output is OutputFormat.JSON:
-        print_json(detail)
-        return
-    console.print(
-        f"job [bold]{detail['id']}[/] {detail['name']}: {detail['state']} "
-        f"(user {detail['user']}, vc {detail['virtualCluster']}, attempt "
-        f"{detail['attempt']})"
-    )
-    if detail.get("pending"):
-        p = detail["pending"]
-        console.print(
-            f"  waiting: {p['code']}: {p['message']} (position {p['position']} in "
-            f"virtual cluster {detail['virtualCluster']})"
-        )
-        blockers = api.why(detail["id"])["blockers"]
-        if blockers:
-            console.print(
-                f"  it fits once these jobs finish or are preempted: {', '.join(blockers)}"
-            )
-    if detail.get("diagnostics"):
-        console.print(f"  {detail['diagnostics']}")
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("task", "state", "node", "gpus", "ports", "exit", "attempt"):
-        table.add_column(column)
-    for t in detail["tasks"]:
-        ports = " ".join(f"{k}={','.join(map(str, v))}" for k, v in t["ports"].items())
-        exit_text = "" if t["exitCode"] is None else f"{t['exitCode']} {t['exitClass']}"
-        table.add_row(
-            f"{t['role']}/{t['index']}",
-            t["state"],
-            t["node"],
-            ",".join(map(str, t["gpus"])) or "-",
-            ports,
-            exit_text,
-            str(t["attempt"]),
-        )
-    console.print(table)
-
-
 def _task(task: str | None) -> tuple[str | None, int]:
     if task is None:
         return None, 0
@@ -262,45 +179,3 @@ def stop(job: str = typer.Argument(..., help="Job id or name.")) -> None:
     """Stop a job: every task's process tree gets SIGTERM, then SIGKILL after the grace period."""
     result = client().stop(job)
     console.print(f"job {result['id']}: {result['state']}")
-
-
-@job_app.command()
-@api_errors
-def events(job: str = typer.Argument(...), output: OutputFormat = OUTPUT_OPTION) -> None:
-    """What happened to a job, in order."""
-    rows = client().events(job)
-    if output is OutputFormat.JSON:
-        print_json(rows)
-        return
-    for e in rows:
-        stamp = (
-            time.strftime("%H:%M:%S", time.localtime(e["at"])) + f".{int(e['at'] % 1 * 1000):03d}"
-        )
-        console.print(f"{stamp} {e['kind']:<9} {e['message']}", markup=False)
-
-
-@job_app.command()
-@api_errors
-def why(
-    job: str = typer.Argument(..., help="Job id or name."), output: OutputFormat = OUTPUT_OPTION
-) -> None:
-    """Why is this job pending? Its reason, queue position, and what stands in its way."""
-    detail = client().why(job)
-    if output is OutputFormat.JSON:
-        print_json(detail)
-        return
-    if detail["state"] != "WAITING":
-        console.print(f"job {detail['id']} is {detail['state']}, not waiting")
-        return
-    console.print(
-        f"job {detail['id']} waits in virtual cluster {detail['virtualCluster']}, "
-        f"position {detail['position'] or '?'} in its queue"
-    )
-    console.print(f"  {detail['code'] or 'Queued'}: {detail['message'] or 'not looked at yet'}")
-    if detail["preempting"]:
-        console.print(f"  being made room for by preempting: {', '.join(detail['preempting'])}")
-    blockers = detail["blockers"]
-    if blockers is None:
-        console.print("  it would not fit even on an idle cluster")
-    elif blockers:
-        console.print(f"  it fits once these jobs finish or are preempted: {', '.join(blockers)}")

@@ -5,7 +5,14 @@ from __future__ import annotations
 import typer
 
 from shoal import __version__
-from shoal.cli import cluster_commands, job_remote, run_command, sim_command, usage_command
+from shoal.cli import (
+    cluster_commands,
+    job_remote,
+    job_views,
+    run_command,
+    sim_command,
+    usage_command,
+)
 from shoal.cli.job_commands import job_app
 from shoal.cli.user_commands import login, token_app, user_app
 from shoal.cli.vc_commands import vc_app
@@ -31,7 +38,8 @@ app.command()(sim_command.sim)
 app.command()(usage_command.usage)
 app.command(hidden=True)(cluster_commands.server)
 app.command(hidden=True)(cluster_commands.agent)
-assert job_remote  # registers `job submit|list|status|logs|stop|events`
+assert job_remote  # registers `job submit|logs|stop`
+assert job_views  # registers `job list|status|describe|why|events`
 
 
 def _version(value: bool) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from shoal.planning import DryRun
+from shoal.cli.columns import Column, table_text
 from shoal.spec.errors import SpecProblem
 from shoal.spec.loader import ParsedJobs
 from shoal.spec.model import JobSpec
@@ -15,6 +16,8 @@ from shoal.spec.units import format_cpu, format_memory
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+if not console.is_terminal:
+    console.width = 4096  # piped: tables are as wide as their values, never cut to 80 columns
 
 
 def print_problems(source: str, problems: Sequence[SpecProblem]) -> None:
@@ -83,23 +86,31 @@ def _print_job(job: JobSpec) -> None:
             console.print(f"    {line}", markup=False)
 
 
-def print_dry_run(job: JobSpec, result: DryRun, task: tuple[str, int] | None) -> None:
-    if result.admission is None:
-        reason = result.plan.reason_for("dry-run")
-        text = f"{reason.code}: {reason.message}" if reason else "not placed"
-        err_console.print(f"[bold red]{job.name}[/] would not start: {text}")
+def print_plan(result: dict[str, Any], task: str | None) -> None:
+    """One job's dry run (simulated or the server's), from its JSON form."""
+    name = result["name"]
+    if not result["admitted"]:
+        reason = result.get("reason")
+        text = f"{reason['code']}: {reason['message']}" if reason else "not placed"
+        err_console.print(f"[bold red]{name}[/] would not start now: {text}", highlight=False)
         return
-    console.print(f"[green]{job.name}[/]: all {len(result.admission.placements)} tasks placed")
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("task", "node", "address", "gpus", "ports"):
-        table.add_column(column)
-    for p in result.admission.placements:
-        ports = " ".join(f"{label}={','.join(map(str, ps))}" for label, ps in p.ports)
-        gpus = ",".join(map(str, p.gpu_indices)) or "-"
-        table.add_row(f"{p.role}/{p.index}", p.node, p.address, gpus, ports)
-    console.print(table)
-    if task is not None and result.environment is not None:
-        console.print(f"environment of {task[0]}/{task[1]}:")
-        env = result.environment.for_task(*task)
+    console.print(f"[green]{name}[/]: all {len(result['placements'])} tasks placed")
+    if result.get("preempting"):
+        console.print(f"  by preempting: {', '.join(result['preempting'])}")
+    rows = [
+        [
+            f"{p['role']}/{p['index']}",
+            p["node"],
+            p["address"],
+            ",".join(map(str, p["gpus"])) or "-",
+            " ".join(f"{k}={','.join(map(str, v))}" for k, v in p["ports"].items()),
+        ]
+        for p in result["placements"]
+    ]
+    columns = [Column("TASK"), Column("NODE"), Column("ADDRESS"), Column("GPUS"), Column("PORTS")]
+    console.print(table_text(columns, rows, None), markup=False)
+    env = result.get("env")
+    if task is not None and env is not None:
+        console.print(f"environment of {task}:")
         for key in sorted(env):
             console.print(f"  {key}={env[key]}", markup=False)

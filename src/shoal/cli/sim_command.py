@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, fail, print_json
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, emit, fail
 from shoal.cli.render import console, err_console
 
 
@@ -120,8 +120,7 @@ def sim(
             raise fail(str(error)) from None
     if report is not None:
         write_report(report, outcome.results, outcome.summaries)
-    if output is OutputFormat.JSON:
-        print_json(outcome.summaries[0] if len(outcome.summaries) == 1 else outcome.summaries)
+    if emit(outcome.summaries[0] if len(outcome.summaries) == 1 else outcome.summaries, output):
         return
     console.print(rich_table(outcome.summaries))
     if len(outcome.summaries[0]["per_vc"]) > 1:

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from shoal.cli.changes_view import print_changes
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail, print_json
 from shoal.cli.render import console
 from shoal.client import ShoalClient, discover
 from shoal.server.auth import write_secret_file
@@ -29,8 +29,7 @@ def create_user(
 ) -> None:
     """Create a user and print their first token (shown only once)."""
     made = client().create_user(name, admin, [g for g in groups.split(",") if g], password)
-    if output is OutputFormat.JSON:
-        print_json({"name": made["name"], "token": made["token"], "admin": made["admin"]})
+    if emit({"name": made["name"], "token": made["token"], "admin": made["admin"]}, output):
         return
     console.print(f"user {made['name']} created; their token (shown only once):")
     console.print(made["token"], markup=False)
@@ -40,8 +39,7 @@ def create_user(
 @api_errors
 def list_users(output: OutputFormat = OUTPUT_OPTION) -> None:
     rows = client().users()
-    if output is OutputFormat.JSON:
-        print_json(rows)
+    if emit(rows, output):
         return
     for row in rows:
         role = "admin" if row["admin"] else "user"
@@ -123,8 +121,7 @@ def create_token(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--expires") from None
     made = client().create_token(label, seconds, application)
-    if output is OutputFormat.JSON:
-        print_json(made)
+    if emit(made, output):
         return
     console.print(f"token {made['id']} ({made['kind']}):")
     console.print(made["token"], markup=False)
@@ -135,8 +132,7 @@ def create_token(
 def list_tokens(output: OutputFormat = OUTPUT_OPTION) -> None:
     """Your tokens, without their secret values."""
     rows = client().tokens()
-    if output is OutputFormat.JSON:
-        print_json(rows)
+    if emit(rows, output):
         return
     table = Table(show_edge=False, pad_edge=False)
     for column in ("id", "user", "kind", "label", "expires", "revoked"):

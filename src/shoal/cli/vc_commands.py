@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, print_json
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit
 from shoal.cli.render import console
 from shoal.cli.vc_update import describe_amounts, parse_resources, update_command
 
@@ -90,8 +90,7 @@ vc_app.command("update")(update_command)
 def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
     """Virtual clusters: guarantee, borrowing limit and what they use now."""
     rows = client().vcs()
-    if output is OutputFormat.JSON:
-        print_json(rows)
+    if emit(rows, output):
         return
     table = Table(show_edge=False, pad_edge=False)
     columns = ("vc", "guarantee", "borrow limit", "used", "user cap", "queue", "members")

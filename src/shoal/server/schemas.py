@@ -64,6 +64,14 @@ class PendingReasonOut(BaseModel):
     position: int | None = None
 
 
+class BlockerOut(BaseModel):
+    id: str
+    user: str
+    name: str
+    virtualCluster: str
+    gpus: int = Field(description="GPUs the job holds now.")
+
+
 class PendingDetail(BaseModel):
     id: str
     state: str
@@ -76,6 +84,10 @@ class PendingDetail(BaseModel):
         "(null: it would not fit even on an idle cluster)."
     )
     preempting: list[str] = Field(description="Jobs being preempted to make room for it.")
+    blockerDetails: list[BlockerOut] | None = Field(
+        None, description="The blockers with their user, name and GPUs (null as for blockers)."
+    )
+    preemptingDetails: list[BlockerOut] = Field(default_factory=list)
 
 
 class TaskOut(BaseModel):
@@ -125,6 +137,9 @@ class JobSummary(BaseModel):
     accounting: Accounting | None = Field(
         None, description="What the job used so far (all its attempts)."
     )
+    nodes: list[str] = Field(
+        default_factory=list, description="Nodes of the current attempt's tasks."
+    )
 
 
 class JobDetail(JobSummary):
@@ -132,6 +147,37 @@ class JobDetail(JobSummary):
     format: str
     roles: list[dict[str, Any]]
     tasks: list[TaskOut]
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str = Field(description="The job file's text (any supported format).")
+    format: FormatName = "auto"
+    params: dict[str, str] = Field(default_factory=dict)
+    virtual_cluster: str | None = None
+    task: str | None = Field(None, description="ROLE/INDEX whose environment to return.")
+
+
+class PlannedTask(BaseModel):
+    role: str
+    index: int
+    node: str
+    address: str
+    gpus: list[int]
+    ports: dict[str, list[int]]
+
+
+class PlanOut(BaseModel):
+    name: str
+    admitted: bool = Field(description="It would start now on the cluster as it is.")
+    reason: PendingReasonOut | None = None
+    placements: list[PlannedTask] = Field(default_factory=list)
+    preempting: list[str] = Field(
+        default_factory=list, description="Jobs that would be preempted to make room for it."
+    )
+    env: dict[str, str] | None = None
+    nodes: int = Field(description="Nodes planned against (the server's, not simulated).")
 
 
 class EventOut(BaseModel):

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from shoal.core.states import State
 from shoal.core.why import blocking_jobs
@@ -17,6 +18,8 @@ from shoal.server.schemas import (
     JobSummary,
     LogChunk,
     PendingDetail,
+    PlanOut,
+    PlanRequest,
     ProblemOut,
     StopResult,
     SubmitRequest,
@@ -24,14 +27,16 @@ from shoal.server.schemas import (
 )
 from shoal.server.services import jobs as job_service
 from shoal.server.services.accounting import job_accounts
+from shoal.server.services.dryrun import plan_jobs
 from shoal.server.services.logs import read_chunk
+from shoal.server.services.nodes import HOLDING
 from shoal.server.services.snapshot import load_snapshot, request_of
-from shoal.server.services.views import job_detail, job_events, job_summary
+from shoal.server.services.views import job_detail, job_events, job_refs, job_summary, nodes_of
 from shoal.store.models import Job, Task
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
-JobState = Literal["WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED"]
+JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 
 
 @router.post("", status_code=201, response_model=list[SubmittedJob])
@@ -53,26 +58,55 @@ def submit_job(body: SubmitRequest, ctx: Context, caller: Caller) -> list[Submit
 def list_jobs(
     ctx: Context,
     caller: Caller,
-    state: Annotated[list[JobState] | None, Query()] = None,
-    user: str | None = None,
+    state: Annotated[
+        list[str] | None, Query(description=f"Only jobs in these states: {', '.join(JOB_STATES)}.")
+    ] = None,
+    user: Annotated[
+        str | None, Query(description="Only this user's jobs; `all`: every user's.")
+    ] = None,
+    allUsers: Annotated[
+        bool, Query(description="Every user's jobs (summaries only), for every caller.")
+    ] = False,
+    since: Annotated[
+        float | None, Query(description="Only jobs submitted at or after (epoch seconds).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> list[JobSummary]:
-    """Jobs, newest first. Non-admins see their own jobs."""
+    """Jobs, newest first. By default non-admins see their own jobs and admins everyone's; with
+    ``allUsers`` (or ``user=all``) or ``user=NAME`` anyone sees the summaries of everyone's (or
+    NAME's) jobs, the queue they wait in. Commands, logs and events stay the owner's."""
+    bad = [s for s in state or [] if s not in JOB_STATES]
+    if bad:
+        raise ApiError(
+            422,
+            "InvalidParametersError",
+            f"state: {bad[0]!r} is not a job state; use one of {', '.join(JOB_STATES)}",
+        )
     query = select(Job).order_by(Job.seq.desc()).limit(limit).offset(offset)
-    if not caller.is_admin:
-        query = query.where(Job.user == caller.user)
-    elif user is not None:
+    if user is not None and user != "all":
         query = query.where(Job.user == user)
+    elif not (allUsers or user == "all" or caller.is_admin):
+        query = query.where(Job.user == caller.user)
     if state:
         query = query.where(Job.state.in_(state))
+    if since is not None:
+        query = query.where(Job.submitted_at >= since)
     with ctx.db.read() as session:
-        found = list(session.scalars(query))
-        accounts = job_accounts(session, found, ctx.clock())
-        summaries = [job_summary(job, ctx.positions.get(job.id)) for job in found]
+        jobs = list(session.scalars(query))
+        nodes = nodes_of(session, jobs)
+        accounts = job_accounts(session, jobs, ctx.clock())
+        summaries = [job_summary(j, ctx.positions.get(j.id), nodes.get(j.id, ())) for j in jobs]
     for summary in summaries:
         summary.accounting = accounts[summary.id]
     return summaries
+
+
+@router.post("/plan", response_model=list[PlanOut])
+def plan_job(body: PlanRequest, ctx: Context, caller: Caller) -> list[PlanOut]:
+    """Dry run on the cluster as it is (its nodes, running allocations and queue): would the
+    job start now, where, or why not. Nothing is stored."""
+    return plan_jobs(ctx, caller, body)
 
 
 @router.get("/{job}", response_model=JobDetail)
@@ -95,6 +129,7 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
             snapshot, _ = load_snapshot(ctx, session)
             blockers = blocking_jobs(snapshot, request_of(ctx, found))
         preempting = list(session.scalars(select(Job.id).where(Job.preempted_by == found.id)))
+        held = _gpus_held(session, [*(blockers or []), *preempting])
         return PendingDetail(
             id=found.id,
             state=found.state,
@@ -104,7 +139,24 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
             position=ctx.positions.get(found.id),
             blockers=blockers,
             preempting=preempting,
+            blockerDetails=None if blockers is None else job_refs(session, blockers, held),
+            preemptingDetails=job_refs(session, preempting, held),
         )
+
+
+def _gpus_held(session: Session, job_ids: list[str]) -> dict[str, int]:
+    """GPUs each of these jobs' unfinished tasks hold."""
+    held: dict[str, int] = {}
+    if not job_ids:
+        return held
+    rows = session.execute(
+        select(Task.job_id, Task.gpu_indices).where(
+            Task.job_id.in_(job_ids), Task.state.in_(HOLDING)
+        )
+    )
+    for job_id, gpus in rows:
+        held[job_id] = held.get(job_id, 0) + len(gpus)
+    return held
 
 
 @router.post("/{job}/stop", response_model=StopResult, status_code=202)

@@ -211,15 +211,46 @@ def _new_job(
 
 
 def find_job(session: Session, principal: Principal, ref: str) -> Job:
-    """A job by id, or the newest job of this user with that name."""
+    """A job by id, by ``user~name`` (OpenPAI style), or by name: the caller's newest job of that
+    name; for an admin with none, the one user's job of that name (active jobs first). A name
+    that several users' jobs share is a 409 listing the ``user~name`` choices. Other users' jobs
+    are a 404 for non-admins (their details stay hidden)."""
     job = session.get(Job, ref)
     if job is None:
-        job = session.scalar(
-            select(Job).where(Job.user == principal.user, Job.name == ref).order_by(Job.seq.desc())
-        )
+        user, sep, name = ref.partition("~")
+        if sep:
+            job = _newest(session, user, name)
+        else:
+            job = _newest(session, principal.user, ref)
+            if job is None and principal.is_admin:
+                job = _anyone_named(session, ref)
     if job is None or not (principal.is_admin or job.user == principal.user):
         raise ApiError(404, "NoJobError", f"no job {ref!r}")
     return job
+
+
+def _newest(session: Session, user: str, name: str) -> Job | None:
+    return session.scalar(
+        select(Job).where(Job.user == user, Job.name == name).order_by(Job.seq.desc()).limit(1)
+    )
+
+
+def _anyone_named(session: Session, name: str) -> Job | None:
+    """The newest job named ``name`` if it is one user's (active jobs win over finished ones)."""
+    jobs = list(session.scalars(select(Job).where(Job.name == name).order_by(Job.seq.desc())))
+    active = [job for job in jobs if job.state in ACTIVE]
+    candidates = active or jobs
+    users = sorted({job.user for job in candidates})
+    if len(users) > 1:
+        choices = ", ".join(f"{user}~{name}" for user in users)
+        raise ApiError(
+            409,
+            "AmbiguousJobName",
+            f"{len(users)} users have {'active ' if active else ''}jobs named {name!r}; "
+            f"name one as USER~NAME: {choices}",
+            [{"path": "job", "message": f"{user}~{name}"} for user in users],
+        )
+    return candidates[0] if candidates else None
 
 
 def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:

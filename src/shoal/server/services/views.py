@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shoal.server.schemas import EventOut, JobDetail, JobSummary, PendingReasonOut, TaskOut
+from shoal.server.schemas import (
+    BlockerOut,
+    EventOut,
+    JobDetail,
+    JobSummary,
+    PendingReasonOut,
+    TaskOut,
+)
 from shoal.store.models import Event, Job, Task
 
 
-def job_summary(job: Job, position: int | None = None) -> JobSummary:
+def job_summary(job: Job, position: int | None = None, nodes: Sequence[str] = ()) -> JobSummary:
     roles = job.spec.get("roles", [])
     pending = None
     if job.pending_code is not None:
@@ -36,6 +43,7 @@ def job_summary(job: Job, position: int | None = None) -> JobSummary:
         exitClass=job.exit_class,
         exitCode=job.exit_code,
         pending=pending,
+        nodes=list(nodes),
     )
 
 
@@ -67,18 +75,56 @@ def current_tasks(session: Session, job: Job) -> Sequence[Task]:
 
 
 def job_detail(session: Session, job: Job, position: int | None = None) -> JobDetail:
-    summary = job_summary(job, position)
+    tasks = current_tasks(session, job)
+    summary = job_summary(job, position, _distinct(t.node for t in tasks))
     return JobDetail(
         **summary.model_dump(),
         diagnostics=job.diagnostics,
         format=job.source_format,
         roles=list(job.spec.get("roles", [])),
-        tasks=[task_out(t) for t in current_tasks(session, job)],
+        tasks=[task_out(t) for t in tasks],
     )
 
 
+def _distinct(nodes: Iterable[str]) -> list[str]:
+    return sorted({node for node in nodes if node})
+
+
+def nodes_of(session: Session, jobs: Sequence[Job]) -> dict[str, list[str]]:
+    """The nodes of each job's current attempt, in one query."""
+    attempts = {job.id: job.attempt for job in jobs}
+    found: dict[str, set[str]] = {}
+    if not attempts:
+        return {}
+    rows = session.execute(
+        select(Task.job_id, Task.job_attempt, Task.node).where(Task.job_id.in_(list(attempts)))
+    )
+    for job_id, attempt, node in rows:
+        if attempts.get(job_id) == attempt and node:
+            found.setdefault(job_id, set()).add(node)
+    return {job_id: sorted(nodes) for job_id, nodes in found.items()}
+
+
+def job_refs(session: Session, job_ids: Sequence[str], gpus: dict[str, int]) -> list[BlockerOut]:
+    """Jobs named by id as ``id (user/name, N GPUs)`` material, in the order given."""
+    if not job_ids:
+        return []
+    jobs = {j.id: j for j in session.scalars(select(Job).where(Job.id.in_(list(job_ids))))}
+    return [
+        BlockerOut(
+            id=job_id,
+            user=jobs[job_id].user,
+            name=jobs[job_id].name,
+            virtualCluster=jobs[job_id].virtual_cluster,
+            gpus=gpus.get(job_id, 0),
+        )
+        for job_id in job_ids
+        if job_id in jobs
+    ]
+
+
 def job_events(session: Session, job: Job) -> list[EventOut]:
-    rows = session.scalars(select(Event).where(Event.job_id == job.id).order_by(Event.id))
+    rows = session.scalars(select(Event).where(Event.job_id == job.id).order_by(Event.at, Event.id))
     return [
         EventOut(at=e.at, kind=e.kind, message=e.message, role=e.role, index=e.index) for e in rows
     ]
