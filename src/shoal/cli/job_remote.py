@@ -1,10 +1,9 @@
-"""``shoal job submit|list|status|logs|stop|events``: talk to a running server."""
+"""``shoal job submit|list|status|stop|events``: talk to a running server."""
 
 from __future__ import annotations
 
 import base64
 import io
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from rich.table import Table
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, job_app, parse_params
 from shoal.cli.render import console, err_console
-from shoal.client import TERMINAL, ShoalClient
+from shoal.client import ShoalClient
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_file
 from shoal.spec.model import SourceFormat
@@ -98,22 +97,16 @@ def submit(
 def _wait(api: ShoalClient, job_id: str, output: OutputFormat) -> dict[str, object]:
     if output is OutputFormat.JSON:
         return api.wait(job_id)
-    with console.status(f"job {job_id}: waiting") as spinner:
-        while True:
-            job = api.job(job_id)
-            if job["state"] in TERMINAL:
-                break
-            note = (
-                f" ({job['pending']['code']}: {job['pending']['message']})"
-                if job.get("pending")
-                else ""
-            )
-            spinner.update(f"job {job_id}: {job['state']}{note}")
-            time.sleep(0.2)
+    from shoal.cli.log_commands import explain_failure, stream_until_final
+
+    job = stream_until_final(api, job_id)
     console.print(
         f"job {job_id} {job['state']}"
-        + (f": {job['diagnostics']}" if job.get("diagnostics") else "")
+        + (f": {job['diagnostics']}" if job.get("diagnostics") else ""),
+        markup=False,
     )
+    if job["state"] == "FAILED":
+        explain_failure(api, job)
     return job
 
 
@@ -198,42 +191,6 @@ def job_status(
             str(t["attempt"]),
         )
     console.print(table)
-
-
-def _task(task: str | None) -> tuple[str | None, int]:
-    if task is None:
-        return None, 0
-    role, _, index = task.partition("/")
-    if not index.isdigit() and index:
-        raise typer.BadParameter("use ROLE/INDEX, e.g. worker/0", param_hint="--task")
-    return role, int(index or 0)
-
-
-@job_app.command()
-@api_errors
-def logs(
-    job: str = typer.Argument(..., help="Job id or name."),
-    task: str | None = typer.Option(None, "--task", help="ROLE/INDEX (default: the first)."),
-    stderr: bool = typer.Option(False, "--stderr", help="Show stderr instead of stdout."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as it grows."),
-) -> None:
-    """A task's output; complete after the task ends, live with -f."""
-    role, index = _task(task)
-    stream = "stderr" if stderr else "stdout"
-    api = client()
-    if follow:
-        for text in api.follow_logs(job, role, index, stream):
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        return
-    offset = 0
-    while True:
-        chunk = api.logs(job, role, index, stream, offset)
-        sys.stdout.write(chunk["data"])
-        if not chunk["data"]:
-            break
-        offset = chunk["nextOffset"]
-    sys.stdout.flush()
 
 
 @job_app.command()

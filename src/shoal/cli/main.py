@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from shoal import __version__
-from shoal.cli import cluster_commands, job_remote, run_command, sim_command
+from shoal.cli import cluster_commands, job_remote, log_commands, run_command, sim_command
 from shoal.cli.job_commands import job_app
 from shoal.cli.user_commands import login, token_app, user_app
 from shoal.cli.vc_commands import vc_app
@@ -30,7 +30,8 @@ app.command()(run_command.run)
 app.command()(sim_command.sim)
 app.command(hidden=True)(cluster_commands.server)
 app.command(hidden=True)(cluster_commands.agent)
-assert job_remote  # registers `job submit|list|status|logs|stop|events`
+assert job_remote  # registers `job submit|list|status|stop|events`
+assert log_commands  # registers `job logs`
 
 
 def _version(value: bool) -> None:
