@@ -182,7 +182,7 @@ def logs(
         None, "--since", help="Only lines shipped after: 10m, 1h, 2s, 1d or an RFC 3339 time."
     ),
     timestamps: bool = typer.Option(
-        False, "--timestamps", help="Prefix each line with when it was shipped (±250 ms)."
+        False, "--timestamps", help="Prefix each line with when it was shipped (within 250 ms)."
     ),
     attempt: str | None = typer.Option(
         None, "--attempt", help="Job attempt N (or N.M: task try M); default: the current."
