@@ -204,6 +204,36 @@ class ShoalClient:
         result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/logs", params=params)
         return result
 
+    def log_lines(
+        self,
+        ref: str,
+        *,
+        attempt: str | None = None,
+        previous: bool = False,
+        role: str | None = None,
+        index: int | None = None,
+        stream: str | None = None,
+        tail: int | None = None,
+        since: str | None = None,
+        cursors: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Lines with their times, of every task (or one) of a job attempt; see the REST docs."""
+        params: dict[str, Any] = {
+            "attempt": attempt,
+            "role": role,
+            "index": index,
+            "stream": stream,
+            "tail": tail,
+            "since": since,
+        }
+        params = {k: v for k, v in params.items() if v is not None}
+        if previous:
+            params["previous"] = "true"
+        if cursors:
+            params["cursor"] = cursors
+        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/logs/lines", params=params)
+        return result
+
     def follow_logs(
         self,
         ref: str,

@@ -45,6 +45,7 @@ def test_users_see_and_touch_only_their_own_jobs(server: tuple[TestClient, str])
         ("GET", f"/api/v1/jobs/{job_id}"),
         ("GET", f"/api/v1/jobs/{job_id}/events"),
         ("GET", f"/api/v1/jobs/{job_id}/logs"),
+        ("GET", f"/api/v1/jobs/{job_id}/logs/lines"),
         ("GET", f"/api/v1/jobs/{job_id}/pending-reason"),
         ("POST", f"/api/v1/jobs/{job_id}/stop"),
         ("GET", "/api/v2/jobs/alice~a1"),

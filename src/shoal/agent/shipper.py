@@ -4,6 +4,7 @@ what it has and tells us its size, so a lost reply or a restart only causes a re
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable
 
 from shoal.agent.runner import Attempt, Runner
@@ -74,4 +75,5 @@ class LogShipper:
             stream=stream,
             offset=offset,
             data=base64.b64encode(data).decode(),
+            at=time.time(),  # each line's time is its chunk's: within SHIP_EVERY_S of the write
         )

@@ -1,13 +1,11 @@
-"""``shoal job submit|logs|stop``: talk to a running server (the read-only views are in
-``job_views``)."""
+"""``shoal job submit|stop``: talk to a running server (the read-only views are in
+``job_views``, logs in ``log_commands``)."""
 
 from __future__ import annotations
 
 import base64
 import io
-import sys
 import tarfile
-import time
 from pathlib import Path
 
 import typer
@@ -22,7 +20,7 @@ from shoal.cli.task_env import (
     task_environment,
     uploaded_code_dir,
 )
-from shoal.client import TERMINAL, ShoalClient
+from shoal.client import ShoalClient
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_file
 from shoal.spec.model import SourceFormat
@@ -118,59 +116,17 @@ def submit(
 def _wait(api: ShoalClient, job_id: str, output: OutputFormat) -> dict[str, object]:
     if output is OutputFormat.JSON:
         return api.wait(job_id)
-    with console.status(f"job {job_id}: waiting") as spinner:
-        while True:
-            job = api.job(job_id)
-            if job["state"] in TERMINAL:
-                break
-            note = (
-                f" ({job['pending']['code']}: {job['pending']['message']})"
-                if job.get("pending")
-                else ""
-            )
-            spinner.update(f"job {job_id}: {job['state']}{note}")
-            time.sleep(0.2)
+    from shoal.cli.log_commands import explain_failure, stream_until_final
+
+    job = stream_until_final(api, job_id)
     console.print(
         f"job {job_id} {job['state']}"
-        + (f": {job['diagnostics']}" if job.get("diagnostics") else "")
+        + (f": {job['diagnostics']}" if job.get("diagnostics") else ""),
+        markup=False,
     )
+    if job["state"] == "FAILED":
+        explain_failure(api, job)
     return job
-
-
-def _task(task: str | None) -> tuple[str | None, int]:
-    if task is None:
-        return None, 0
-    role, _, index = task.partition("/")
-    if not index.isdigit() and index:
-        raise typer.BadParameter("use ROLE/INDEX, e.g. worker/0", param_hint="--task")
-    return role, int(index or 0)
-
-
-@job_app.command()
-@api_errors
-def logs(
-    job: str = typer.Argument(..., help="Job id or name."),
-    task: str | None = typer.Option(None, "--task", help="ROLE/INDEX (default: the first)."),
-    stderr: bool = typer.Option(False, "--stderr", help="Show stderr instead of stdout."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as it grows."),
-) -> None:
-    """A task's output; complete after the task ends, live with -f."""
-    role, index = _task(task)
-    stream = "stderr" if stderr else "stdout"
-    api = client()
-    if follow:
-        for text in api.follow_logs(job, role, index, stream):
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        return
-    offset = 0
-    while True:
-        chunk = api.logs(job, role, index, stream, offset)
-        sys.stdout.write(chunk["data"])
-        if not chunk["data"]:
-            break
-        offset = chunk["nextOffset"]
-    sys.stdout.flush()
 
 
 @job_app.command()

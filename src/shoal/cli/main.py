@@ -9,6 +9,7 @@ from shoal.cli import (
     cluster_commands,
     job_remote,
     job_views,
+    log_commands,
     run_command,
     sim_command,
     usage_command,
@@ -38,8 +39,9 @@ app.command()(sim_command.sim)
 app.command()(usage_command.usage)
 app.command(hidden=True)(cluster_commands.server)
 app.command(hidden=True)(cluster_commands.agent)
-assert job_remote  # registers `job submit|logs|stop`
+assert job_remote  # registers `job submit|stop`
 assert job_views  # registers `job list|status|describe|why|events`
+assert log_commands  # registers `job logs`
 
 
 def _version(value: bool) -> None:

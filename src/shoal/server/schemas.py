@@ -199,6 +199,32 @@ class LogChunk(BaseModel):
     complete: bool = Field(description="True once the task has finished and all of it was read.")
 
 
+class LogLine(BaseModel):
+    at: float = Field(description="When the agent shipped it (epoch s, within 250 ms of writing).")
+    text: str
+
+
+class LogStreamLines(BaseModel):
+    role: str
+    index: int
+    taskAttempt: int
+    stream: Literal["stdout", "stderr"]
+    lines: list[LogLine]
+    nextOffset: int = Field(description="Continue with cursor ROLE/INDEX/STREAM/TRY:nextOffset.")
+    size: int
+    more: bool = Field(description="More complete lines are stored now; read again at once.")
+    complete: bool = Field(description="The task attempt has ended and all of it was read.")
+
+
+class LogLines(BaseModel):
+    id: str
+    state: str
+    jobAttempt: int
+    currentAttempt: int
+    attempts: list[int] = Field(description="The job attempts that have tasks (and logs).")
+    streams: list[LogStreamLines]
+
+
 class NodeOut(BaseModel):
     name: str
     address: str
@@ -318,6 +344,9 @@ class LogUpload(BaseModel):
     stream: Literal["stdout", "stderr"]
     offset: int = Field(ge=0)
     data: str = Field(description="Base64 of the bytes at this offset.")
+    at: float | None = Field(
+        None, description="When the agent read these bytes (epoch s); the server's clock if absent."
+    )
 
 
 class LogUploadRequest(BaseModel):

@@ -11,6 +11,7 @@ from pathlib import Path
 from shoal.core.states import State
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import LogChunk, LogUploadRequest, LogUploadResponse
+from shoal.server.services.log_files import record_time
 from shoal.server.services.reports import task_by_attempt
 from shoal.store.models import Task
 
@@ -39,13 +40,14 @@ def append_chunks(ctx: ServerContext, request: LogUploadRequest) -> LogUploadRes
                 data = base64.b64decode(chunk.data, validate=True)
             except (binascii.Error, ValueError):
                 raise ApiError(400, "InvalidLogChunk", "log data is not base64") from None
-            size = _append_at(path, chunk.offset, data)
+            size = _append_at(path, chunk.offset, data, chunk.at or ctx.clock())
             sizes.setdefault(chunk.attempt_id, {})[chunk.stream] = size
     return LogUploadResponse(sizes=sizes)
 
 
-def _append_at(path: Path, offset: int, data: bytes) -> int:
-    """Append ``data`` if it starts where the file ends; return the file's size either way."""
+def _append_at(path: Path, offset: int, data: bytes, at: float) -> int:
+    """Append ``data`` if it starts where the file ends (noting when it was read in the time
+    index beside the file); return the file's size either way."""
     path.parent.mkdir(parents=True, exist_ok=True)
     size = path.stat().st_size if path.exists() else 0
     if offset > size or offset + len(data) <= size:
@@ -54,6 +56,7 @@ def _append_at(path: Path, offset: int, data: bytes) -> int:
         handle.write(data[size - offset :])
         handle.flush()
         os.fsync(handle.fileno())
+    record_time(path, size, at)
     return offset + len(data)
 
 

@@ -1,0 +1,54 @@
+"""``/api/v1/jobs/{job}/logs/lines``: every task's log lines with their times (merged views,
+tails, ``since``, earlier attempts). ``/api/v1/jobs/{job}/logs`` (raw chunks) stays in jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from shoal.server.deps import Caller, Context
+from shoal.server.schemas import LogLines
+from shoal.server.services.log_lines import LinesQuery, read_lines
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+
+@router.get("/{job}/logs/lines", response_model=LogLines)
+def get_log_lines(
+    job: str,
+    ctx: Context,
+    caller: Caller,
+    attempt: Annotated[
+        str | None, Query(description="Job attempt N, or N.M for task try M.")
+    ] = None,
+    previous: Annotated[bool, Query(description="The job attempt before the current.")] = False,
+    role: str | None = None,
+    index: Annotated[int | None, Query(ge=0)] = None,
+    stream: Literal["stdout", "stderr"] | None = None,
+    tail: Annotated[int | None, Query(ge=0, le=100000, description="Last N lines.")] = None,
+    since: Annotated[
+        str | None, Query(description="Lines shipped after: 10m, 1h, 2s, 1d or RFC 3339.")
+    ] = None,
+    cursor: Annotated[
+        list[str] | None, Query(description="ROLE/INDEX/STREAM/TRY:OFFSET, to continue a stream.")
+    ] = None,
+    limit: Annotated[int, Query(ge=4096, le=1024 * 1024, description="Bytes per stream.")] = (
+        256 * 1024
+    ),
+) -> LogLines:
+    """The lines of the chosen tasks and streams of one job attempt (default: the current, all
+    tasks, stdout and stderr), each with the time it was shipped. Continue each stream with its
+    cursor while ``more``; follow by polling with cursors until every stream is ``complete``."""
+    query = LinesQuery(
+        attempt=attempt,
+        previous=previous,
+        role=role,
+        index=index,
+        stream=stream,
+        tail=tail,
+        since=since,
+        cursors=tuple(cursor or ()),
+        limit=limit,
+    )
+    return read_lines(ctx, caller, job, query)
