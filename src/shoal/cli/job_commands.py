@@ -7,15 +7,17 @@ import sys
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from shoal.cli.render import print_dry_run, print_jobs, print_problems, print_warnings
-from shoal.planning import DryRun, dry_run, simulated_nodes
 from shoal.spec import units
-from shoal.spec.errors import SpecError
-from shoal.spec.loader import ParsedJobs, load_job_file
-from shoal.spec.model import JobSpec, SourceFormat
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without pydantic and the planner
+    from shoal.planning import DryRun
+    from shoal.spec.loader import ParsedJobs
+    from shoal.spec.model import JobSpec
 
 job_app = typer.Typer(help="Validate, plan and (with a server) run jobs.", no_args_is_help=True)
 
@@ -46,6 +48,10 @@ def parse_params(values: list[str] | None) -> dict[str, str]:
 def _load(
     file: Path, fmt: FormatChoice, params: dict[str, str], output: OutputFormat
 ) -> ParsedJobs:
+    from shoal.spec.errors import SpecError
+    from shoal.spec.loader import load_job_file
+    from shoal.spec.model import SourceFormat
+
     try:
         return load_job_file(
             file, params, None if fmt is FormatChoice.AUTO else SourceFormat(fmt.value)
@@ -133,6 +139,8 @@ def plan(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Dry run: where would this job's tasks go on an idle cluster, and with what environment?"""
+    from shoal.planning import dry_run, simulated_nodes
+
     try:
         memory_mib = units.memory_mib(memory)
     except ValueError as exc:

@@ -6,7 +6,6 @@ import math
 import os
 from pathlib import Path
 
-import psutil
 import typer
 
 from shoal.cli.common import fail
@@ -42,6 +41,8 @@ def run(
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary state directory."),
 ) -> None:
     """Run a job here and now; exit code 0 if it succeeds, 1 if not."""
+    import psutil
+
     from shoal.cli.cluster_commands import _memory
     from shoal.cli.job_remote import _local_code_dir, code_archive
     from shoal.local.foreground import EmbeddedCluster, RunOptions, stream_until_done
