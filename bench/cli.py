@@ -7,7 +7,8 @@ submits one trivial job, then runs each command N times in a fresh process, as a
 
 Commands run as ``python -m shoal ...`` with the interpreter running this script (what the
 ``shoal`` script does). Each is run twice first, untimed, so its bytecode is cached as it is after
-installation ($PYTHONDONTWRITEBYTECODE is dropped for the runs). ``--baseline-src`` times the
+installation ($PYTHONDONTWRITEBYTECODE is dropped, the cache goes to $PYTHONPYCACHEPREFIX in the
+temporary home). ``--baseline-src`` times the
 same commands with another source tree first on PYTHONPATH (e.g. a checkout of an older
 commit's ``src``), in the same run, against the same cluster. Prints a table, writes
 bench/results/cli.json and rewrites the part of docs/benchmarks.md between
@@ -81,6 +82,7 @@ def commands(job_id: str) -> dict[str, tuple[list[str], str | None]]:
 def cli_env(home: Path, src: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(home / "pycache")  # cached, but never inside a source tree
     env["SHOAL_HOME"] = str(home)
     env["SHOAL_CONFIG"] = str(home / "no-config.yaml")  # the user's contexts play no part
     if src is not None:
