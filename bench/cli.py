@@ -139,7 +139,9 @@ def main() -> None:
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "results": results,
         "baseline_src": None if args.baseline_src is None else str(args.baseline_src),
+        "baseline_commit": None if args.baseline_src is None else _commit(args.baseline_src),
         "baseline": baseline,
+        "baseline_runs": args.baseline_runs,
     }
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
     Console().print(f"machine: {data['machine']}")
@@ -148,9 +150,9 @@ def main() -> None:
         rewrite_docs(markdown(data))
 
 
-def _commit() -> str:
+def _commit(tree: Path = ROOT) -> str:
     done = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
         capture_output=True,
         text=True,
         check=False,
@@ -203,7 +205,11 @@ def markdown(data: dict[str, object]) -> str:
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows(data)]
     if data["baseline"]:
-        lines += ["", f"Baseline: the same commands with `{data['baseline_src']}` on PYTHONPATH."]
+        lines += [
+            "",
+            f"Baseline: the same commands with `{data['baseline_src']}` (commit "
+            f"`{data['baseline_commit']}`) first on PYTHONPATH, {data['baseline_runs']} runs each.",
+        ]
     return "\n".join(lines)
 
 
