@@ -4,18 +4,31 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-runtime
 TORCH_STAMP := $(VENV)/.torch
 # The PyTorch DDP example's test needs torch; a CPU wheel lies on these machines, so pip takes it
 # offline. If it cannot be installed, that one test is skipped with the reason.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: setup run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim clean
+# `make run PORT=9000` starts the server on that port (an error if it is taken); without PORT,
+# `shoal up` tries 8476 and takes a free port if 8476 is in use.
+PORT ?=
 
-$(STAMP): pyproject.toml
+.PHONY: setup setup-runtime run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli clean
+
+# What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+# The lint, type-check and test tools, and matplotlib for `shoal sim --report`, on top.
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+setup-runtime: $(RUN_STAMP)
 
 setup: $(STAMP)
 
@@ -26,11 +39,12 @@ $(TORCH_STAMP): $(STAMP)
 
 # The main job: start a local cluster (2 simulated nodes), run the distributed RL example to
 # completion, and show its logs. The cluster stays up for you: `.venv/bin/shoal down` stops it.
-run: setup
-	$(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2
-	$(BIN)/shoal job submit examples/rl-actor-learner/job.yaml --wait
-	$(BIN)/shoal job logs rl-actor-learner --task learner/0
-	$(BIN)/shoal job status rl-actor-learner
+# `--context local`: the commands talk to this cluster even if a shoal context is current.
+run: setup-runtime
+	$(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2 $(if $(PORT),--port $(PORT))
+	$(BIN)/shoal --context local job submit examples/rl-actor-learner/job.yaml --wait
+	$(BIN)/shoal --context local job logs rl-actor-learner --task learner/0
+	$(BIN)/shoal --context local job status rl-actor-learner
 	@echo "shoal is still running: try '.venv/bin/shoal status', stop it with '.venv/bin/shoal down'"
 
 lint: setup
@@ -53,7 +67,7 @@ test-fast: lint
 # side by side (bench/peers installs them), and scheduling quality on the real traces. Each
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
-bench: bench-scheduler bench-launch bench-peers bench-sim
+bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli
 
 bench-scheduler: setup
 	$(BIN)/python bench/scheduler.py
@@ -66,6 +80,9 @@ bench-peers: setup
 
 bench-sim: setup
 	$(BIN)/python bench/sim_quality.py
+
+bench-cli: setup
+	$(BIN)/python bench/cli.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,3 +1,3 @@
-from shoal.cli.main import main
+from shoal.cli.entry import main
 
 main()

@@ -1,4 +1,4 @@
-"""A small SDK for shoal's REST API (httpx), used by the CLI and usable from scripts.
+"""A small SDK for shoal's REST API, used by the CLI and usable from scripts.
 
 from shoal.client import ShoalClient
 client = ShoalClient.from_environment()
@@ -8,17 +8,16 @@ client.wait(job["id"])
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from shoal.transport import JsonHttp, TransportError
 
-from shoal.server.settings import default_home
+# The CLI imports this module at start-up: nothing here may import the server, the store, httpx
+# or pydantic (tests/cli/test_cli_imports.py); shoal.transport is the standard library's http.
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -47,33 +46,51 @@ class ServerUnavailable(ShoalError):
 class Endpoint:
     url: str
     token: str | None
+    token_source: str | None = None  # "$SHOAL_TOKEN", "context lab (file ...)", a token file
+    context: str | None = None  # the context's name ("local": the cluster under $SHOAL_HOME)
+    url_source: str = "the caller"  # "$SHOAL_URL", "context lab", "the local cluster under ..."
 
 
-def discover(home: Path | None = None) -> Endpoint:
-    """``$SHOAL_URL``/``$SHOAL_TOKEN``, else what ``shoal up`` wrote under ``$SHOAL_HOME``."""
-    home = home or default_home()
-    url = os.environ.get("SHOAL_URL")
-    if url is None:
-        info = home / "server.json"
-        url = json.loads(info.read_text())["url"] if info.exists() else "http://127.0.0.1:8476"
-    token = os.environ.get("SHOAL_TOKEN")
-    for name in ("token", "admin.token"):  # `shoal login` writes "token"; `shoal up` the other
-        path = home / name
-        if token is None and path.exists():
-            token = path.read_text().strip()
-    return Endpoint(url, token)
+def discover(home: Path | None = None, context: str | None = None) -> Endpoint:
+    """The server and token to use: ``--context``/``$SHOAL_CONTEXT``, ``$SHOAL_URL``/
+    ``$SHOAL_TOKEN``, the current context, the local cluster under ``$SHOAL_HOME``, in this order
+    (see :mod:`shoal.clientconfig`); raises :class:`ShoalError` if none is configured."""
+    from shoal.clientconfig import resolve
+
+    return resolve(context, home)
+
+
+def _refused(status: int, message: str, url: str, token_source: str | None, sent: bool) -> str:
+    """A 401 that says which token was refused and where it came from."""
+    if status != 401:
+        return message
+    if not sent:
+        return (
+            f"{message}: no token was sent to {url}; set $SHOAL_TOKEN, run `shoal login`, or give "
+            "the context one (`shoal config set-context NAME --token-file FILE`)"
+        )
+    source = f"the token from {token_source}" if token_source else "the token"
+    return f"{source} was refused by {url}: {message}"
 
 
 class ShoalClient:
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        timeout: float = 30.0,
+        token_source: str | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
+        self.token_source = token_source
+        self._sends_token = bool(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._http = JsonHttp(self.url, headers, timeout)
 
     @classmethod
-    def from_environment(cls, home: Path | None = None) -> ShoalClient:
-        endpoint = discover(home)
-        return cls(endpoint.url, endpoint.token)
+    def from_environment(cls, home: Path | None = None, context: str | None = None) -> ShoalClient:
+        endpoint = discover(home, context)
+        return cls(endpoint.url, endpoint.token, token_source=endpoint.token_source)
 
     def close(self) -> None:
         self._http.close()
@@ -81,17 +98,20 @@ class ShoalClient:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError:
+        except TransportError:
             raise ServerUnavailable(self.url) from None
         if response.status_code >= 400:
             try:
                 body = response.json()
             except ValueError:
                 body = {"code": "HttpError", "message": response.text[:500]}
+            message = str(body.get("message", body.get("detail", response.reason_phrase)))
             raise ShoalError(
                 response.status_code,
                 str(body.get("code", "HttpError")),
-                str(body.get("message", body.get("detail", response.reason_phrase))),
+                _refused(
+                    response.status_code, message, self.url, self.token_source, self._sends_token
+                ),
                 body.get("problems"),
             )
         if response.status_code == 204 or not response.content:

@@ -14,9 +14,12 @@ from rich.table import Table
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail
 from shoal.cli.render import console, err_console
-from shoal.local.supervisor import UpOptions, read_run, start_local, stop_local
-from shoal.server.settings import ServerSettings, default_home
+from shoal.client import ShoalError
+from shoal.paths import DEFAULT_PORT, default_home
 from shoal.spec import units
+
+# shoal.local and shoal.server are imported inside `up`, `down`, `server` and `agent` only: the
+# other commands are clients and start without them (tests/cli/test_cli_imports.py).
 
 node_app = typer.Typer(help="Nodes of the cluster.", no_args_is_help=True)
 
@@ -30,8 +33,44 @@ def _memory(value: str | None) -> int | None:
         raise typer.BadParameter(f"{exc}; {units.MEMORY_HINT}", param_hint="--memory") from None
 
 
+def preferred_port() -> int:
+    """``$SHOAL_DEFAULT_PORT``, else 8476: the port `shoal up` tries when --port is not given."""
+    text = os.environ.get("SHOAL_DEFAULT_PORT", "")
+    if not text:
+        return DEFAULT_PORT
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise fail(f"$SHOAL_DEFAULT_PORT must be a port number (1-65535), not {text!r}")
+    return int(text)
+
+
+def choose_port(port: int | None, host: str = "127.0.0.1") -> int:
+    """An explicit --port must be free (0: any free port); the default falls back to a free one."""
+    from shoal.local.supervisor import free_port, port_in_use
+
+    if port == 0:
+        return free_port(host)
+    if port is not None:
+        if port_in_use(host, port):
+            raise fail(
+                f"--port {port}: port {port} on {host} is in use by another process; pick a "
+                "free one with --port N, or leave --port out to get a free port"
+            )
+        return port
+    wanted = preferred_port()
+    if not port_in_use(host, wanted):
+        return wanted
+    chosen = free_port(host)
+    console.print(f"port {wanted} is in use; using port {chosen} instead (--port N to choose)")
+    return chosen
+
+
 def up(
-    port: int = typer.Option(8476, "--port", help="Server port on 127.0.0.1 (0: any free port)."),
+    port: int | None = typer.Option(
+        None,
+        "--port",
+        help="Server port on 127.0.0.1 (0: any free port). Default 8476 ($SHOAL_DEFAULT_PORT), "
+        "or a free port if that one is taken.",
+    ),
     nodes: int = typer.Option(1, "--nodes", min=1, max=64, help="Simulated nodes."),
     cpus: float | None = typer.Option(None, "--cpus", min=0.001, help="Cores per node."),
     memory: str | None = typer.Option(None, "--memory", help="Memory per node: MiB or 4Gi."),
@@ -44,14 +83,17 @@ def up(
     ),
 ) -> None:
     """Start a local cluster: a server and an agent running N simulated nodes."""
+    from shoal.client import ShoalClient
+    from shoal.local.supervisor import UpOptions, read_run, start_local, stop_local
+
     home = default_home()
     running = read_run(home)
-    if running is not None and client().health():
+    if running is not None and ShoalClient(running.url, None, timeout=5.0).health():
         console.print(f"shoal is already running at {running.url} (stop it with `shoal down`)")
         return
     options = UpOptions(
         home=home,
-        port=port,
+        port=choose_port(port),
         nodes=nodes,
         cpus=cpus,
         memory_mib=_memory(memory),
@@ -68,11 +110,29 @@ def up(
             raise fail(str(exc)) from None
     console.print(f"shoal is up at [bold]{info.url}[/] with {nodes} node(s); state in {home}")
     console.print(f"admin token: {home / 'admin.token'} (mode 0600)")
+    _note_other_target(home)
     if foreground:
         _stay_attached(home)
 
 
+def _note_other_target(home: Path) -> None:
+    """Say so when the CLI would talk to another server than the one just started."""
+    from shoal.clientconfig import resolve
+
+    try:
+        target = resolve()
+    except ShoalError:
+        return
+    if target.context != "local":
+        err_console.print(
+            f"note: the CLI talks to {target.url} (from {target.url_source}), not to this "
+            "cluster; use `--context local` or `shoal config use-context local`"
+        )
+
+
 def _stay_attached(home: Path) -> None:
+    from shoal.local.supervisor import read_run, stop_local
+
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -87,6 +147,8 @@ def _stay_attached(home: Path) -> None:
 
 def down() -> None:
     """Stop the local cluster started by `shoal up` (its tasks are stopped first)."""
+    from shoal.local.supervisor import stop_local
+
     home = default_home()
     with console.status("stopping the agent (and its tasks) and the server..."):
         info = stop_local(home)
@@ -139,12 +201,13 @@ def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
 def server(
     home: Path = typer.Option(None, "--home", help="State directory (default $SHOAL_HOME)."),
     host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8476, "--port"),
+    port: int = typer.Option(DEFAULT_PORT, "--port"),
     kill_grace: float = typer.Option(10.0, "--kill-grace", min=0),
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5),
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
+    from shoal.server.settings import ServerSettings
 
     settings = ServerSettings(
         home=home or default_home(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,11 +19,12 @@ from shoal.cli.render import (
 )
 from shoal.cli.task_env import start_dir_note
 from shoal.client import ServerUnavailable, ShoalClient, ShoalError
-from shoal.planning import DryRun, dry_run, simulated_nodes
 from shoal.spec import units
-from shoal.spec.errors import SpecError, SpecProblem
-from shoal.spec.loader import ParsedJobs, load_job_file
-from shoal.spec.model import JobSpec, SourceFormat
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without pydantic and the planner
+    from shoal.planning import DryRun
+    from shoal.spec.loader import ParsedJobs
+    from shoal.spec.model import JobSpec
 
 job_app = typer.Typer(help="Validate, plan and (with a server) run jobs.", no_args_is_help=True)
 
@@ -58,6 +59,10 @@ def parse_params(values: list[str] | None) -> dict[str, str]:
 def _load(
     file: Path, fmt: FormatChoice, params: dict[str, str], output: OutputFormat
 ) -> ParsedJobs:
+    from shoal.spec.errors import SpecError
+    from shoal.spec.loader import load_job_file
+    from shoal.spec.model import SourceFormat
+
     try:
         return load_job_file(
             file, params, None if fmt is FormatChoice.AUTO else SourceFormat(fmt.value)
@@ -80,6 +85,8 @@ def validate(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Check a job file and print the job as shoal understands it (exit 1 on any error)."""
+    from shoal.spec.errors import SpecProblem
+
     parsed = _load(file, fmt, parse_params(param), output)
     notes = [start_dir_note(job, file, Path.cwd()) for job in parsed.jobs]
     warnings = [*parsed.warnings, *(SpecProblem("code_dir", n) for n in notes if n)]
@@ -144,6 +151,8 @@ def plan(
     when no server answers. Exit 1 if it would not start now."""
     explicit = any(v is not None for v in (nodes, cpus, memory, gpus, gpu_type))
     nodes, cpus, memory, gpus = nodes or 1, cpus or 8.0, memory or "32Gi", gpus or 0
+    from shoal.planning import dry_run, simulated_nodes
+
     try:
         memory_mib = units.memory_mib(memory)
     except ValueError as exc:

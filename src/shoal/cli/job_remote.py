@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-import tarfile
 from pathlib import Path
 
 import typer
@@ -21,9 +20,6 @@ from shoal.cli.task_env import (
     uploaded_code_dir,
 )
 from shoal.client import ShoalClient
-from shoal.spec.errors import SpecError
-from shoal.spec.loader import load_job_file
-from shoal.spec.model import SourceFormat
 
 SKIPPED = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 MAX_ARCHIVE = 100 * 1024 * 1024
@@ -31,6 +27,8 @@ MAX_ARCHIVE = 100 * 1024 * 1024
 
 def code_archive(directory: Path) -> str:
     """The directory as a base64 .tar.gz (without VCS and cache folders)."""
+    import tarfile
+
     if not directory.is_dir():
         raise fail(f"code directory {directory} does not exist")
     buffer = io.BytesIO()
@@ -47,6 +45,10 @@ def code_archive(directory: Path) -> str:
 
 def _local_code_dir(file: Path, fmt: FormatChoice, params: dict[str, str]) -> Path | None:
     """Validate locally (fast, precise errors) and find the code directory to upload."""
+    from shoal.spec.errors import SpecError  # pydantic loads only when a job file is read
+    from shoal.spec.loader import load_job_file
+    from shoal.spec.model import SourceFormat
+
     try:
         parsed = load_job_file(
             file, params, None if fmt is FormatChoice.AUTO else SourceFormat(fmt.value)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from shoal.cli.columns import Column, table_text
-from shoal.spec.errors import SpecProblem
-from shoal.spec.loader import ParsedJobs
-from shoal.spec.model import JobSpec
 from shoal.spec.units import format_cpu, format_memory
+
+if TYPE_CHECKING:  # the CLI starts without the planner and pydantic (test_cli_imports.py)
+    from shoal.spec.errors import SpecProblem
+    from shoal.spec.loader import ParsedJobs
+    from shoal.spec.model import JobSpec
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

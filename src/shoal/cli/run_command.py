@@ -6,7 +6,6 @@ import math
 import os
 from pathlib import Path
 
-import psutil
 import typer
 
 from shoal.cli.common import fail
@@ -54,6 +53,8 @@ def run(
 
     Tasks start with this shell's PATH and interpreter variables (--env-from-shell: all of
     them; --no-inherit-env: none) and, without a code directory, in this directory."""
+    import psutil
+
     from shoal.cli.cluster_commands import _memory
     from shoal.cli.job_remote import _local_code_dir, code_archive
     from shoal.local.foreground import EmbeddedCluster, RunOptions, stream_until_done

@@ -19,6 +19,17 @@ class TraceFormatChoice(StrEnum):
     SHOAL = "shoal"
 
 
+def _require_plotting() -> None:
+    """--report draws PNG plots with matplotlib, an optional extra (`pip install .` skips it)."""
+    from importlib.util import find_spec
+
+    if find_spec("matplotlib") is None:
+        raise fail(
+            "--report draws its plots with matplotlib, which is not installed: "
+            "pip install 'shoal\\[plots]' (or: pip install matplotlib), or leave out --report"
+        )
+
+
 def _policies(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
@@ -91,6 +102,8 @@ def sim(
     from shoal.sim.traces import TraceFormat
     from shoal.sim.workload import TraceError
 
+    if report is not None:
+        _require_plotting()
     request = SimRequest(
         trace,
         cluster,

@@ -18,10 +18,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from shoal.spec.model import ENV_NAME_RE, JobSpec
+from shoal.spec.patterns import ENV_NAME_RE
+
+if TYPE_CHECKING:  # pydantic loads only when a job file is read
+    from shoal.spec.model import JobSpec
 
 INHERITED = (
     "PATH",

@@ -1,4 +1,4 @@
-"""``shoal user ...``, ``shoal token ...`` and ``shoal login``."""
+"""``shoal user ...`` and ``shoal token ...`` (``shoal login``: config_commands.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ from rich.table import Table
 from shoal.cli.changes_view import print_changes
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail, print_json
 from shoal.cli.render import console
-from shoal.client import ShoalClient, discover
-from shoal.server.auth import write_secret_file
-from shoal.server.settings import default_home
 
 user_app = typer.Typer(help="Users (admins).", no_args_is_help=True)
 token_app = typer.Typer(help="Your API tokens.", no_args_is_help=True)
@@ -154,23 +151,3 @@ def list_tokens(output: OutputFormat = OUTPUT_OPTION) -> None:
 def revoke_token(token_id: int) -> None:
     client().revoke_token(token_id)
     console.print(f"token {token_id} revoked")
-
-
-@api_errors
-def login(
-    token: str = typer.Option(
-        ...,
-        "--token",
-        prompt=True,
-        hide_input=True,
-        help="An API token (e.g. from `shoal user create`).",
-    ),
-) -> None:
-    """Check a token and store it (mode 0600) for the CLI; $SHOAL_TOKEN still wins."""
-    endpoint = discover()
-    who = ShoalClient(endpoint.url, token).me()
-    if who["tokenKind"] == "agent":
-        raise fail("that is an agent token; log in with a user token")
-    path = default_home() / "token"
-    write_secret_file(path, token)
-    console.print(f"logged in to {endpoint.url} as {who['name']}; token stored in {path}")

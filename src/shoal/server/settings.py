@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from shoal.paths import default_home
 
-def default_home() -> Path:
-    """``$SHOAL_HOME``, else ``$XDG_DATA_HOME/shoal``, else ``~/.local/share/shoal``."""
-    if os.environ.get("SHOAL_HOME"):
-        return Path(os.environ["SHOAL_HOME"]).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "shoal"
+__all__ = ["ServerSettings", "default_home"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from shoal.spec.errors import ProblemCollector, SpecProblem, join_path
-from shoal.spec.model import (
+from shoal.spec.patterns import (
     ENV_NAME_PATTERN,
     JOB_NAME_PATTERN,
     PAI_JOB_NAME_PATTERN,

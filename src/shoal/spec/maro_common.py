@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from shoal.spec.model import JOB_NAME_PATTERN, MAX_INSTANCES_PER_ROLE, ROLE_NAME_PATTERN
+from shoal.spec.model import MAX_INSTANCES_PER_ROLE
+from shoal.spec.patterns import JOB_NAME_PATTERN, ROLE_NAME_PATTERN
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 OPEN = ConfigDict(extra="allow", strict=True)  # RL configs: unread keys pass through

@@ -6,22 +6,10 @@ format-specific quirks: those are resolved (with warnings) by the format readers
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-
-JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-PAI_JOB_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,255}$"
-ROLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
-PORT_LABEL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-
-JOB_NAME_RE = re.compile(JOB_NAME_PATTERN)
-ROLE_NAME_RE = re.compile(ROLE_NAME_PATTERN)
-PORT_LABEL_RE = re.compile(PORT_LABEL_PATTERN)
-ENV_NAME_RE = re.compile(ENV_NAME_PATTERN)
 
 # Upper bounds that catch typos (memoryMB: 50000000) before they reach the scheduler.
 MAX_CPU_MILLIS = 1024 * 1000

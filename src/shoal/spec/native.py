@@ -11,20 +11,22 @@ from shoal.spec.checks import RolePaths, check_roles
 from shoal.spec.diagnostics import validation_problems
 from shoal.spec.errors import ProblemCollector, SpecError
 from shoal.spec.model import (
-    ENV_NAME_PATTERN,
-    JOB_NAME_PATTERN,
     MAX_GPUS_PER_INSTANCE,
     MAX_INSTANCES_PER_ROLE,
     MAX_PORTS_PER_LABEL,
     MAX_RETRIES,
-    PORT_LABEL_PATTERN,
-    ROLE_NAME_PATTERN,
     Completion,
     JobSpec,
     PriorityClass,
     Resources,
     SourceFormat,
     TaskRoleSpec,
+)
+from shoal.spec.patterns import (
+    ENV_NAME_PATTERN,
+    JOB_NAME_PATTERN,
+    PORT_LABEL_PATTERN,
+    ROLE_NAME_PATTERN,
 )
 from shoal.spec.resources import ResourceReader
 from shoal.spec.templating import NATIVE_TOKEN, missing_secrets, render

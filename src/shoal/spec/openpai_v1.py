@@ -32,20 +32,22 @@ from shoal.spec.checks import MappedRolePaths, check_roles
 from shoal.spec.diagnostics import PATTERN_WORDS, describe, validate_collecting
 from shoal.spec.errors import ProblemCollector, SpecError
 from shoal.spec.model import (
-    ENV_NAME_PATTERN,
-    JOB_NAME_PATTERN,
-    JOB_NAME_RE,
     MAX_GPUS_PER_INSTANCE,
     MAX_INSTANCES_PER_ROLE,
     MAX_PORTS_PER_LABEL,
     MAX_RETRIES,
-    PORT_LABEL_PATTERN,
-    ROLE_NAME_PATTERN,
     Completion,
     JobSpec,
     Resources,
     SourceFormat,
     TaskRoleSpec,
+)
+from shoal.spec.patterns import (
+    ENV_NAME_PATTERN,
+    JOB_NAME_PATTERN,
+    JOB_NAME_RE,
+    PORT_LABEL_PATTERN,
+    ROLE_NAME_PATTERN,
 )
 from shoal.spec.resources import ResourceReader
 

@@ -26,9 +26,6 @@ from shoal.spec.model import (
     MAX_MEMORY_MIB,
     MAX_PORTS_PER_LABEL,
     MAX_RETRIES,
-    PAI_JOB_NAME_PATTERN,
-    PORT_LABEL_PATTERN,
-    ROLE_NAME_PATTERN,
     Completion,
     JobSpec,
     PriorityClass,
@@ -37,6 +34,7 @@ from shoal.spec.model import (
     TaskRoleSpec,
 )
 from shoal.spec.openpai_v2_extras import ExtrasView, read_extras
+from shoal.spec.patterns import PAI_JOB_NAME_PATTERN, PORT_LABEL_PATTERN, ROLE_NAME_PATTERN
 from shoal.spec.templating import missing_secrets, render
 
 _STRICT = ConfigDict(extra="forbid", strict=True)

@@ -25,7 +25,8 @@ from shoal.server.services.taskenv import check_variables, inherited, with_cli_e
 from shoal.server.services.vcs import ensure_exists
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_text
-from shoal.spec.model import JOB_NAME_RE, JobSpec, SourceFormat
+from shoal.spec.model import JobSpec, SourceFormat
+from shoal.spec.patterns import JOB_NAME_RE
 from shoal.store.models import Job, Task
 
 ACTIVE = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)

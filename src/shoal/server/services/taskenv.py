@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from shoal.server.context import ApiError
 from shoal.server.schemas import SubmitRequest
-from shoal.spec.model import ENV_NAME_RE, JobSpec
+from shoal.spec.model import JobSpec
+from shoal.spec.patterns import ENV_NAME_RE
 
 # shoal's own settings and credentials (SHOAL_TOKEN, SHOAL_URL, ...) are never inherited
 RESERVED_PREFIX = "SHOAL_"

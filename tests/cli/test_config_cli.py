@@ -1,0 +1,166 @@
+"""`shoal config` contexts and the order in which the CLI picks its server and token."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shoal import clientconfig
+from shoal.cli.main import app
+from shoal.client import ShoalError
+from shoal.clientconfig import resolve
+
+
+@pytest.fixture
+def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    for key in list(os.environ):
+        if key.startswith("SHOAL_"):
+            monkeypatch.delenv(key)
+    home, config = tmp_path / "home", tmp_path / "cfg" / "config.yaml"
+    monkeypatch.setenv("SHOAL_HOME", str(home))
+    monkeypatch.setenv("SHOAL_CONFIG", str(config))
+    monkeypatch.setattr(clientconfig, "selected_context", None)
+    return home, config
+
+
+def local_cluster(home: Path, url: str = "http://127.0.0.1:18599") -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "server.json").write_text(json.dumps({"url": url, "pid": 1}))
+    (home / "admin.token").write_text("shoal_localadmin\n")
+
+
+def shoal(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+def test_no_server_configured_is_an_error_not_a_default_url(where: tuple[Path, Path]) -> None:
+    with pytest.raises(ShoalError, match="no shoal server is configured: run `shoal up`"):
+        resolve()
+    code, out = shoal("job", "list")
+    assert code == 1 and "no shoal server is configured" in out and "8476" not in out
+
+
+def test_contexts_crud_file_mode_and_masking(where: tuple[Path, Path], tmp_path: Path) -> None:
+    _, config = where
+    token_file = tmp_path / "lab.token"
+    token_file.write_text("shoal_fromfile\n")
+    assert shoal("config", "set-context", "lab", "--server", "http://lab:8476", "--token-file",
+                 str(token_file))[0] == 0  # fmt: skip
+    code, out = shoal("config", "set-context", "dev", "--server", "http://dev:1", "--token",
+                      "shoal_secretsecret", "--use")  # fmt: skip
+    assert code == 0 and "now the current context" in out
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert shoal("config", "current-context") == (0, "dev\n")
+    code, out = shoal("config", "view")
+    assert "shoal_secretsecret" not in out and "(masked)" in out and "http://lab:8476" in out
+    code, out = shoal("config", "get-contexts", "-o", "json")
+    listed = json.loads(out)
+    assert listed["current"] == "dev"
+    assert [c["name"] for c in listed["contexts"]] == ["dev", "lab", "local"]
+    found = resolve()
+    assert (found.url, found.token, found.context) == ("http://dev:1", "shoal_secretsecret", "dev")
+    assert found.token_source == f"context dev (file {config})"
+    # only the options given change: a new server keeps the token
+    assert shoal("config", "set-context", "dev", "--server", "http://dev:2")[0] == 0
+    assert (resolve().url, resolve().token) == ("http://dev:2", "shoal_secretsecret")
+    assert shoal("config", "use-context", "lab")[0] == 0
+    found = resolve()
+    assert (found.token, found.token_source) == (
+        "shoal_fromfile",
+        f"context lab (token file {token_file})",
+    )
+    assert shoal("config", "delete-context", "lab")[0] == 0
+    code, out = shoal("config", "current-context")
+    assert code == 1 and "no current context" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["set-context", "local", "--server", "http://x:1"], "reserved"),
+        (["set-context", "new"], "give its --server"),
+        (["set-context", "a b", "--server", "http://x:1"], "context name 'a b'"),
+        (["set-context", "x", "--server", "ftp://x"], "--server 'ftp://x'"),
+        (
+            ["set-context", "x", "--server", "http://x", "--token", "t", "--token-file", "f"],
+            "not both",
+        ),
+        (["set-context", "x", "--server", "http://x", "--token-file", "/nonexistent"], "no such"),
+        (["use-context", "nope"], "no context 'nope'"),
+        (["delete-context", "nope"], "no context 'nope'"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    where: tuple[Path, Path], args: list[str], message: str
+) -> None:
+    code, out = shoal("config", *args)
+    assert code == 1 and message in out
+    assert not where[1].exists()  # nothing half-written
+
+
+def test_resolution_order(where: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    home, _ = where
+    local_cluster(home)
+    found = resolve()  # 4. the local cluster
+    assert (found.url, found.context) == ("http://127.0.0.1:18599", "local")
+    assert found.token == "shoal_localadmin" and "admin.token" in str(found.token_source)
+    (home / "token").write_text("shoal_loggedin\n")  # `shoal login` beats `shoal up`'s token
+    assert resolve().token == "shoal_loggedin"
+    shoal("config", "set-context", "lab", "--server", "http://lab:1", "--token", "shoal_lab")
+    shoal("config", "use-context", "lab")
+    assert resolve().url == "http://lab:1"  # 3. the current context beats the local cluster
+    monkeypatch.setenv("SHOAL_TOKEN", "shoal_env")
+    found = resolve()
+    assert (found.url, found.token, found.token_source) == (
+        "http://lab:1",
+        "shoal_env",
+        "$SHOAL_TOKEN",
+    )
+    monkeypatch.setenv("SHOAL_URL", "http://env:2")  # 2. $SHOAL_URL beats the current context
+    assert (resolve().url, resolve().url_source) == ("http://env:2", "$SHOAL_URL")
+    monkeypatch.delenv("SHOAL_TOKEN")
+    assert resolve().token is None  # the local admin token is never sent to another server
+    monkeypatch.setenv("SHOAL_CONTEXT", "local")  # 1. a chosen context beats everything
+    assert resolve().url == "http://127.0.0.1:18599"
+    monkeypatch.setattr(clientconfig, "selected_context", "lab")  # --context beats $SHOAL_CONTEXT
+    assert (resolve().url, resolve().token) == ("http://lab:1", "shoal_lab")
+
+
+def test_a_malformed_config_file_is_named(where: tuple[Path, Path]) -> None:
+    _, config = where
+    config.parent.mkdir(parents=True)
+    config.write_text("contexts: [{name: x}]\n")
+    with pytest.raises(ShoalError, match=f"{config}: every context needs a name and a server"):
+        resolve()
+
+
+def test_completion_is_on(tmp_path: Path) -> None:
+    env = {**os.environ, "_SHOAL_COMPLETE": "complete_bash", "COMP_WORDS": "shoal conf",
+           "COMP_CWORD": "1", "SHOAL_HOME": str(tmp_path)}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "shoal"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.split() == ["config"], done.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "shoal", "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "_SHOAL_COMPLETE" in shown.stdout
