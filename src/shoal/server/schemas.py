@@ -138,6 +138,10 @@ class NodeOut(BaseModel):
     allocated: dict[str, float]
     lastSeen: float
     usage: dict[str, Any]
+    busyPorts: list[int] = Field(
+        default_factory=list,
+        description="Ports of the node's task-port range held by other processes (not handed out).",
+    )
 
 
 class ClusterStatus(BaseModel):
@@ -167,6 +171,10 @@ class AgentNode(BaseModel):
     port_low: int
     port_high: int
     usage: dict[str, Any] = Field(default_factory=dict)
+    busy_ports: list[int] = Field(
+        default_factory=list,
+        description="Ports of the range held by processes that are not this agent's tasks.",
+    )
 
 
 class RunningReport(BaseModel):
@@ -183,6 +191,9 @@ class ExitReport(BaseModel):
     stop_requested: bool = False
     timed_out: bool = False
     launch_error: str | None = None
+    busy_port: int | None = Field(
+        None, description="The launch was refused: this port of the task was already in use."
+    )
     started_at: float | None = None
     finished_at: float
     usage: dict[str, Any] = Field(default_factory=dict)
@@ -219,6 +230,9 @@ class LaunchOrder(BaseModel):
     has_code: bool
     deadline_s: float | None = None
     kill_grace_s: float
+    ports: dict[str, list[int]] = Field(
+        default_factory=dict, description="The task's ports by label, probed before launch."
+    )
 
 
 class OrdersResponse(BaseModel):

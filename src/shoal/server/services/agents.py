@@ -106,6 +106,7 @@ def _launch_order(ctx: ServerContext, job: Job, task: Task, peers: list[Task]) -
         has_code=job.has_code,
         deadline_s=deadline,
         kill_grace_s=ctx.settings.kill_grace_s,
+        ports={label: list(ports) for label, ports in task.ports},
     )
 
 

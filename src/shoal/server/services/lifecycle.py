@@ -20,6 +20,7 @@ from shoal.core.lifecycle import (
 from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
 from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
+from shoal.server.services.port_clash import requeue_after_port_clash
 from shoal.server.services.snapshot import spec_of
 from shoal.store.models import Job, Task
 
@@ -154,6 +155,8 @@ def settle_job(session: Session, job: Job, now: float, task: Task | None = None)
     if job.state == State.RUNNING.value and job.completing is None and not job.stop_requested:
         _apply_verdict(session, job, tasks, now)
     if tasks and all(State(t.state).is_terminal for t in tasks):
+        if requeue_after_port_clash(session, job, now):
+            return
         if job.completing == "preempted":
             job.state = advance_job(State.RUNNING, JobEvent.PREEMPTED).value
             record(
