@@ -227,12 +227,12 @@ def test_which_failures_are_retried() -> None:
     def failed(exit_class: ExitClass) -> JobEnd:
         return JobEnd(State.FAILED, exit_class, 1, "")
 
-    assert should_retry_job(failed(ExitClass.USER_FAILURE), attempt=1, job_retry_count=1)
-    assert should_retry_job(failed(ExitClass.PLATFORM_FAILURE), attempt=1, job_retry_count=1)
-    assert not should_retry_job(failed(ExitClass.USER_FAILURE), attempt=2, job_retry_count=1)
+    assert should_retry_job(failed(ExitClass.USER_FAILURE), retries_used=0, job_retry_count=1)
+    assert should_retry_job(failed(ExitClass.PLATFORM_FAILURE), retries_used=0, job_retry_count=1)
+    assert not should_retry_job(failed(ExitClass.USER_FAILURE), retries_used=1, job_retry_count=1)
     # its max runtime counts from the first launch: another attempt would time out at once
-    assert not should_retry_job(failed(ExitClass.TIMEOUT), attempt=1, job_retry_count=3)
-    assert not should_retry_job(stopped_job(StopCause.USER), attempt=1, job_retry_count=3)
+    assert not should_retry_job(failed(ExitClass.TIMEOUT), retries_used=0, job_retry_count=3)
+    assert not should_retry_job(stopped_job(StopCause.USER), retries_used=0, job_retry_count=3)
     assert should_retry_task(ExitClass.PLATFORM_FAILURE, 0, 1)
     assert not should_retry_task(ExitClass.STOPPED, 0, 1)
     assert not should_retry_task(ExitClass.TIMEOUT, 0, 1)

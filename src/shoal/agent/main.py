@@ -165,6 +165,8 @@ class Agent:
     # ---- calls ----
 
     def _node_reports(self) -> list[AgentNode]:
+        own = self.runner.own_ports()
+        busy = self.runner.busy_ports
         return [
             AgentNode(
                 name=n.name,
@@ -175,6 +177,7 @@ class Agent:
                 gpu_type=n.gpu_type,
                 port_low=n.port_low,
                 port_high=n.port_high,
+                busy_ports=busy.busy(n.port_low, n.port_high, own),
             )
             for n in self.nodes
         ]

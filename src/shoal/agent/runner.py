@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 import psutil
 
+from shoal.agent.ports import BusyPorts, PortTaken, probe
 from shoal.server.schemas import ExitReport, LaunchOrder, RunningReport
 from shoal.spec.templating import fill_in
 
@@ -46,6 +47,7 @@ class Attempt:
     exit: ExitReport | None = None
     logs_done: bool = False
     usage: dict[str, float] = field(default_factory=dict)
+    busy_port: int | None = None  # the launch was refused: this port of the task was taken
 
     @property
     def attempt_id(self) -> str:
@@ -64,6 +66,7 @@ class Runner:
         self._code_cache: dict[str, bytes | None] = {}
         self.orphan_exits: dict[str, ExitReport] = {}  # kills of attempts never launched here
         self.draining = False  # shutting down: nothing new starts
+        self.busy_ports = BusyPorts()
 
     def known(self) -> list[str]:
         with self.lock:
@@ -89,11 +92,27 @@ class Runner:
             base = self.home / "work" / order.job_id / f"{order.role}-{order.index}"
             attempt = Attempt(order, base / order.attempt_id, base / f"{order.attempt_id}.logs")
             self.attempts[order.attempt_id] = attempt
+        taken = probe(order.ports)  # a listener may have appeared since the placement
+        if taken is not None:
+            self._refuse(attempt, taken)
+            return
         try:
             self._start(attempt)
         except Exception as exc:  # any launch problem is a platform failure, reported as such
             log.warning("launch of %s failed: %s", order.attempt_id, exc)
             self._finish(attempt, None, None, launch_error=str(exc))
+
+    def _refuse(self, attempt: Attempt, taken: PortTaken) -> None:
+        log.warning("launch of %s refused: %s", attempt.attempt_id, taken.message())
+        self.busy_ports.refused(taken.port)
+        attempt.busy_port = taken.port
+        self._finish(attempt, None, None, launch_error=taken.message())
+
+    def own_ports(self) -> set[int]:
+        """Ports of the attempts this agent runs (or is about to)."""
+        with self.lock:
+            live = [a.order for a in self.attempts.values() if a.exit is None]
+        return {p for order in live for ports in order.ports.values() for p in ports}
 
     def _start(self, attempt: Attempt) -> None:
         order = attempt.order
@@ -223,6 +242,7 @@ class Runner:
             agent_shutdown=attempt.agent_shutdown,
             timed_out=attempt.timed_out,
             launch_error=launch_error,
+            busy_port=attempt.busy_port,
             started_at=attempt.started_at,
             finished_at=time.time(),
             usage=dict(attempt.usage),

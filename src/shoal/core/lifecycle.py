@@ -280,10 +280,14 @@ def end_job(verdict: Verdict) -> JobEnd:
     raise ValueError("an undecided job has no end")
 
 
-def should_retry_job(end: JobEnd, attempt: int, job_retry_count: int) -> bool:
+def should_retry_job(end: JobEnd, retries_used: int, job_retry_count: int) -> bool:
     """A failed attempt runs again while job retries remain, unless it ran out of time (its max
-    runtime counts from the first launch, so another attempt would time out at once)."""
-    return end.state is State.FAILED and end.exit_class in RETRYABLE and attempt <= job_retry_count
+    runtime counts from the first launch, so another attempt would time out at once).
+    ``retries_used`` counts the retries after failures (user or platform): going back to the
+    queue for a preemption or a port clash does not use up the job's retries."""
+    return (
+        end.state is State.FAILED and end.exit_class in RETRYABLE and retries_used < job_retry_count
+    )
 
 
 class RetryCause(StrEnum):

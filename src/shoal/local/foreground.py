@@ -7,19 +7,23 @@ port; the job's output streams to the terminal; the exit code is the job's resul
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
+
+import httpx
 
 from shoal.agent.main import Agent
 from shoal.agent.resources import local_nodes
-from shoal.client import TERMINAL, ShoalClient
+from shoal.client import TERMINAL, ShoalClient, ShoalError
 from shoal.local.supervisor import free_port
-from shoal.server.app import make_server, prepare
+from shoal.server.app import ShoalServer, make_server, prepare
 from shoal.server.settings import ServerSettings
 
 
@@ -31,44 +35,141 @@ class RunOptions:
     gpus: int | None = None
     kill_grace_s: float = 5.0
     keep: bool = False
+    port_base: int = 30000  # task ports: 1,000 per simulated node from here
 
 
 class EmbeddedCluster:
-    """A server (uvicorn in a thread) and an agent, both in this process."""
+    """A server (uvicorn in a thread) and an agent, both in this process, on a temporary home.
+
+    Leaving the ``with`` block, however it is left (the job's end, an error, an interrupting
+    signal), stops the agent (its tasks get SIGTERM, then SIGKILL after the grace) and the server,
+    and removes the home unless ``keep``. A failure while starting cleans up the same way."""
 
     def __init__(self, options: RunOptions) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="shoal-run-"))
         self.options = options
-        port = free_port()
+        self.server: ShoalServer | None = None
+        self.thread: threading.Thread | None = None
+        self.agent: Agent | None = None
+        self._client: ShoalClient | None = None
+
+    @property
+    def client(self) -> ShoalClient:
+        assert self._client is not None, "the embedded cluster is not started"
+        return self._client
+
+    def __enter__(self) -> EmbeddedCluster:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        options = self.options
         settings = ServerSettings(
-            home=self.home, port=port, kill_grace_s=options.kill_grace_s, scheduler_interval_s=0.5
+            home=self.home,
+            port=free_port(),
+            kill_grace_s=options.kill_grace_s,
+            scheduler_interval_s=0.5,
         )
         self.server = make_server(prepare(settings), log_level="error")
         self.thread = threading.Thread(target=self.server.run, name="shoal-run-server", daemon=True)
-        nodes = local_nodes(options.nodes, options.cpus, options.memory_mib, options.gpus)
-        token = (self.home / "agent.token").read_text().strip()
-        self.agent = Agent(settings.url, token, self.home / "agent", nodes, "shoal-run")
-        self.client = ShoalClient(settings.url, (self.home / "admin.token").read_text().strip())
-
-    def __enter__(self) -> EmbeddedCluster:
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("the embedded server did not start")
             time.sleep(0.02)
+        self._client = ShoalClient(settings.url, (self.home / "admin.token").read_text().strip())
+        nodes = local_nodes(
+            options.nodes,
+            options.cpus,
+            options.memory_mib,
+            options.gpus,
+            port_base=options.port_base,
+        )
+        token = (self.home / "agent.token").read_text().strip()
+        self.agent = Agent(settings.url, token, self.home / "agent", nodes, "shoal-run")
         self.agent.start()
         while not self.client.nodes():
             time.sleep(0.02)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the agent (and its tasks) and the server; remove the home unless ``keep``."""
+        try:
+            if self.agent is not None:
+                self.agent.stop(self.options.kill_grace_s)
+            if self.server is not None:
+                self.server.close()
+            if self.thread is not None:
+                self.thread.join(timeout=10)
+            if self._client is not None:
+                self._client.close()
+        finally:
+            if not self.options.keep:
+                shutil.rmtree(self.home, ignore_errors=True)
+
+    def stop_job(self, job_id: str) -> dict[str, object] | None:
+        """Ask the server to stop the job and wait (bounded) until it has; None if it could not
+        say (the agent's own stop then ends whatever is left)."""
+        try:
+            self.client.stop(job_id)
+            return self.client.wait(job_id, timeout_s=self.options.kill_grace_s + 10, poll_s=0.05)
+        except (ShoalError, httpx.HTTPError, TimeoutError):
+            return None
+
+
+class Interrupted(BaseException):
+    """A signal asked ``shoal run`` to stop (a BaseException, like KeyboardInterrupt, so that
+    nothing catching ``Exception`` swallows it)."""
+
+    def __init__(self, signo: int) -> None:
+        super().__init__(signal.Signals(signo).name)
+        self.signo = signo
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signo).name
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SignalStop:
+    """While inside, the first SIGINT, SIGTERM or SIGHUP raises ``Interrupted`` in the main
+    thread, unless disarmed (the cleanup has begun); every later one only says that the stop is
+    under way, so the cleanup is never cut short. ``received``: the first signal, if any."""
+
+    def __init__(self, note: TextIO = sys.stderr) -> None:
+        self.note = note
+        self.armed = True
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signo: int, _frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signo
+        if self.armed:
+            self.armed = False
+            raise Interrupted(signo)
+        self.note.write(f"got {signal.Signals(signo).name}: already stopping, please wait\n")
+        self.note.flush()
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def __enter__(self) -> SignalStop:
+        self._previous = {signo: signal.signal(signo, self._handle) for signo in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.agent.stop(self.options.kill_grace_s)
-        self.server.close()
-        self.thread.join(timeout=10)
-        self.client.close()
-        if not self.options.keep:
-            shutil.rmtree(self.home, ignore_errors=True)
+        for signo, handler in self._previous.items():
+            signal.signal(signo, handler)  # type: ignore[arg-type]
 
 
 def stream_until_done(

@@ -237,6 +237,10 @@ class NodeOut(BaseModel):
     allocated: dict[str, float]
     lastSeen: float
     usage: dict[str, Any]
+    busyPorts: list[int] = Field(
+        default_factory=list,
+        description="Ports of the node's task-port range held by other processes (not handed out).",
+    )
 
 
 class ClusterStatus(BaseModel):
@@ -266,6 +270,10 @@ class AgentNode(BaseModel):
     port_low: int
     port_high: int
     usage: dict[str, Any] = Field(default_factory=dict)
+    busy_ports: list[int] = Field(
+        default_factory=list,
+        description="Ports of the range held by processes that are not this agent's tasks.",
+    )
 
 
 class RunningReport(BaseModel):
@@ -284,6 +292,9 @@ class ExitReport(BaseModel):
     launch_error: str | None = None
     agent_shutdown: bool = Field(
         False, description="The agent stopped it because the agent itself was shutting down."
+    )
+    busy_port: int | None = Field(
+        None, description="The launch was refused: this port of the task was already in use."
     )
     started_at: float | None = None
     finished_at: float
@@ -331,6 +342,9 @@ class LaunchOrder(BaseModel):
     )
     workdir: str | None = Field(
         None, description="Where to start a task that has no code archive, if it exists here."
+    )
+    ports: dict[str, list[int]] = Field(
+        default_factory=dict, description="The task's ports by label, probed before launch."
     )
 
 

@@ -48,6 +48,8 @@ class Node(Base):
     gpu_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
     port_low: Mapped[int] = mapped_column(Integer)
     port_high: Mapped[int] = mapped_column(Integer)
+    # ports of the range held by processes that are not shoal's tasks, as the agent last saw them
+    busy_ports: Mapped[list[Any]] = mapped_column(JSON, default=list, server_default="[]")
     schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
     state: Mapped[str] = mapped_column(String(16), default="READY")  # READY | LOST
     last_seen: Mapped[float] = mapped_column(Float)

@@ -48,6 +48,7 @@ def _nodes(ctx: Context) -> list[NodeOut]:
                 ),
                 lastSeen=n.last_seen,
                 usage=dict(n.usage),
+                busyPorts=list(n.busy_ports or ()),
             )
             for n in session.scalars(select(Node).order_by(Node.name))
         ]

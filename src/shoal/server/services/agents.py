@@ -113,6 +113,7 @@ def _launch_order(ctx: ServerContext, job: Job, task: Task, peers: list[Task]) -
         secrets=secret_values(command, spec.secrets, token) if spec.secrets else {},
         inherited_env=job.inherited_env,
         workdir=None if job.has_code else job.submit_dir,
+        ports={label: list(ports) for label, ports in task.ports},
     )
 
 

@@ -26,6 +26,7 @@ from shoal.core.lifecycle import (
 from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
 from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
+from shoal.server.services.port_clash import PORT_CLASH
 from shoal.server.services.snapshot import spec_of
 from shoal.store.models import Job, Task
 
@@ -155,7 +156,17 @@ def settle_job(session: Session, job: Job, now: float, task: Task | None = None)
         _apply_verdict(session, job, tasks, now)
     if not tasks or not all(State(t.state).is_terminal for t in tasks):
         return
-    if job.completing == PREEMPTED:
+    if job.completing == PORT_CLASH and not job.stop_requested:
+        _requeue(session, job, RetryCause.RESOURCE, now)
+        record(
+            session,
+            job.id,
+            now,
+            "requeued",
+            "back in the queue after a port clash, to be placed on free ports; it keeps its "
+            "submission time, so its place",
+        )
+    elif job.completing == PREEMPTED:
         _requeue(session, job, RetryCause.RESOURCE, now)
         record(
             session,
@@ -173,7 +184,8 @@ def settle_job(session: Session, job: Job, now: float, task: Task | None = None)
             job.id,
             now,
             "requeued",
-            f"attempt {job.attempt + 1} of {job.job_retry_count + 1} is queued",
+            f"retry {job.retries_user + job.retries_platform} of {job.job_retry_count} is "
+            f"queued (attempt {job.attempt + 1})",
         )
     elif job.state == State.STOPPING.value:
         cause = {SHUTDOWN: StopCause.AGENT_SHUTDOWN, INTERRUPTED: StopCause.INTERRUPTED}.get(
@@ -237,7 +249,7 @@ def _apply_verdict(session: Session, job: Job, tasks: list[Task], now: float) ->
         return
     job.diagnostics = end.diagnostics
     job.exit_class, job.exit_code = end.exit_class.value, end.exit_code
-    if should_retry_job(end, job.attempt, job.job_retry_count):
+    if should_retry_job(end, job.retries_user + job.retries_platform, job.job_retry_count):
         job.completing = RETRY
         record(
             session,

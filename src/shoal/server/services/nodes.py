@@ -24,6 +24,7 @@ _COLUMNS = (
     Node.gpu_type,
     Node.port_low,
     Node.port_high,
+    Node.busy_ports,
     Node.schedulable,
     Node.state,
 )
@@ -38,6 +39,7 @@ def node_state(node: Node | Any) -> NodeState:
         gpu_indices=tuple(node.gpu_indices),
         gpu_type=node.gpu_type,
         port_range=(node.port_low, node.port_high),
+        reserved_ports=frozenset(node.busy_ports or ()),  # held by other processes on the host
         schedulable=node.schedulable and node.state == "READY",
     )
 

@@ -21,6 +21,7 @@ from shoal.server.context import ServerContext
 from shoal.server.schemas import AgentNode, ReportRequest, RunningReport
 from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
+from shoal.server.services.port_clash import mark_port_clash
 from shoal.store.models import Job, Node, Task
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
@@ -112,6 +113,8 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                 )
                 if task.started_at is None and report.started_at is not None:
                     task.started_at = report.started_at
+                if report.busy_port is not None:  # placed again on free ports, if it may
+                    mark_port_clash(session, task, report.busy_port, report.finished_at)
                 on_exit(session, task, result, report.finished_at, report.usage)
                 changed = True
             ctx.seen_attempts.discard(report.attempt_id)
@@ -178,10 +181,11 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
             node = nodes.get(report.name)
             if node is None or node.state != "READY" or node.last_seen < now - every:
                 return None
-            if (node.cpu_millis, node.memory_mib, list(node.gpu_indices)) != (
+            if (node.cpu_millis, node.memory_mib, list(node.gpu_indices), node.busy_ports) != (
                 report.cpu_millis,
                 report.memory_mib,
                 list(report.gpu_indices),
+                report.busy_ports,
             ):
                 return None
         named = _named(session, request)
@@ -235,6 +239,7 @@ def _upsert_node(
                 gpu_type=report.gpu_type,
                 port_low=report.port_low,
                 port_high=report.port_high,
+                busy_ports=list(report.busy_ports),
                 schedulable=True,
                 state="READY",
                 last_seen=now,
@@ -248,6 +253,8 @@ def _upsert_node(
     node.cpu_millis, node.memory_mib = report.cpu_millis, report.memory_mib
     node.gpu_indices, node.gpu_type = list(report.gpu_indices), report.gpu_type
     node.port_low, node.port_high = report.port_low, report.port_high
+    if list(node.busy_ports or ()) != report.busy_ports:
+        node.busy_ports = list(report.busy_ports)
     node.state = "READY"
     if came_back or node.last_seen < now - refresh_s:
         node.last_seen, node.usage = now, dict(report.usage)
