@@ -27,14 +27,13 @@ SERVER_SIDE = [
     "sqlalchemy",
     "alembic",
     "uvicorn",
-    "httpx",
     "psutil",
     "matplotlib",
     "numpy",
 ]
 # typer >= 0.2x builds pydantic TypeAdapters to coerce the options of the command it runs, so
 # pydantic itself is only kept out of the paths that parse no option (--version, --help).
-NO_OPTIONS_PARSED = [*SERVER_SIDE, "pydantic", "yaml", "rich.markdown"]
+NO_OPTIONS_PARSED = [*SERVER_SIDE, "pydantic", "yaml", "rich.markdown", "httpx"]
 
 PROBE = """
 import json, sys
