@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 # The CLI imports this module at start-up: nothing here may import the server, the store or
 # pydantic (tests/cli/test_cli_imports.py), and httpx loads with the first client.
 
+
 def _http_client(url: str, headers: dict[str, str], timeout: float) -> httpx.Client:
     import httpx
 

@@ -53,7 +53,12 @@ def shoal_run(tmp_path: Path, job: Path, *args: str) -> subprocess.Popen[str]:
     """``shoal run`` with its temporary directories under ``tmp_path/tmp``."""
     tmp = tmp_path / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmp), "SHOAL_HOME": str(tmp_path / "unused-home")}
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp),
+        "SHOAL_HOME": str(tmp_path / "unused-home"),
+        "PYTHONFAULTHANDLER": "1",
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "shoal", "run", str(job), "--port-base", str(RUN_PORTS), *args],
         env=env,
@@ -72,8 +77,11 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        os.kill(proc.pid, signal.SIGABRT)  # $PYTHONFAULTHANDLER: every thread's stack to stderr
+        try:
+            out, err = proc.communicate(timeout=10)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError(f"shoal run did not end: {err}") from None
     return proc.returncode, out, err
 

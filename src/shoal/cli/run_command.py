@@ -141,7 +141,7 @@ def run_embedded(options: RunOptions, submit: Callable[[ShoalClient], str]) -> i
     cluster: EmbeddedCluster | None = None
     with SignalStop() as signals:
         try:
-            cluster = EmbeddedCluster(options)
+            cluster = EmbeddedCluster(options, signals.check)
             with cluster:
                 try:
                     job_id = submit(cluster.client)
@@ -149,7 +149,7 @@ def run_embedded(options: RunOptions, submit: Callable[[ShoalClient], str]) -> i
                     signals.disarm()
                     raise fail(exc.message) from None
                 try:
-                    job = stream_until_done(cluster.client, job_id)
+                    job = stream_until_done(cluster.client, job_id, pause=signals.sleep)
                 except Interrupted as exc:
                     err_console.print(
                         f"got {exc.name}: stopping job {job_id} (SIGTERM to its tasks, "

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -45,9 +46,10 @@ class EmbeddedCluster:
     signal), stops the agent (its tasks get SIGTERM, then SIGKILL after the grace) and the server,
     and removes the home unless ``keep``. A failure while starting cleans up the same way."""
 
-    def __init__(self, options: RunOptions) -> None:
+    def __init__(self, options: RunOptions, check: Callable[[], None] = lambda: None) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="shoal-run-"))
         self.options = options
+        self.check = check  # between start-up steps: raises to abandon the start (a signal)
         self.server: ShoalServer | None = None
         self.thread: threading.Thread | None = None
         self.agent: Agent | None = None
@@ -74,13 +76,16 @@ class EmbeddedCluster:
             kill_grace_s=options.kill_grace_s,
             scheduler_interval_s=0.5,
         )
+        self.check()
         self.server = make_server(prepare(settings), log_level="error")
+        self.check()
         self.thread = threading.Thread(target=self.server.run, name="shoal-run-server", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("the embedded server did not start")
+            self.check()
             time.sleep(0.02)
         self._client = ShoalClient(settings.url, (self.home / "admin.token").read_text().strip())
         nodes = local_nodes(
@@ -94,6 +99,7 @@ class EmbeddedCluster:
         self.agent = Agent(settings.url, token, self.home / "agent", nodes, "shoal-run")
         self.agent.start()
         while not self.client.nodes():
+            self.check()
             time.sleep(0.02)
 
     def __exit__(self, *exc: object) -> None:
@@ -141,9 +147,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class SignalStop:
-    """While inside, the first SIGINT, SIGTERM or SIGHUP raises ``Interrupted`` in the main
-    thread, unless disarmed (the cleanup has begun); every later one only says that the stop is
-    under way, so the cleanup is never cut short. ``received``: the first signal, if any."""
+    """While inside, the first SIGINT, SIGTERM or SIGHUP is noted, and ``check()`` (called by the
+    main thread between steps: never from inside a lock, a request or a migration) then raises
+    ``Interrupted``, unless disarmed (the cleanup has begun). Every later signal only says that
+    the stop is under way, so the cleanup is never cut short. ``received``: the first signal."""
 
     def __init__(self, note: TextIO = sys.stderr) -> None:
         self.note = note
@@ -154,11 +161,25 @@ class SignalStop:
     def _handle(self, signo: int, _frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signo
-        if self.armed:
-            self.armed = False
-            raise Interrupted(signo)
+            return
         self.note.write(f"got {signal.Signals(signo).name}: already stopping, please wait\n")
         self.note.flush()
+
+    def check(self) -> None:
+        """Raise ``Interrupted`` if a stop signal came while armed (once)."""
+        if self.armed and self.received is not None:
+            self.armed = False
+            raise Interrupted(self.received)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait up to ``seconds`` in small steps, returning early (by raising) on a signal."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.check()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.02))
 
     def disarm(self) -> None:
         self.armed = False
@@ -173,9 +194,13 @@ class SignalStop:
 
 
 def stream_until_done(
-    client: ShoalClient, job_id: str, out: TextIO = sys.stdout
+    client: ShoalClient,
+    job_id: str,
+    out: TextIO = sys.stdout,
+    pause: Callable[[float], None] = time.sleep,
 ) -> dict[str, object]:
-    """Print every task's stdout and stderr as it arrives; return the finished job."""
+    """Print every task's stdout and stderr as it arrives; return the finished job (``pause``
+    waits between polls: ``SignalStop.sleep`` ends the wait on a stop signal)."""
     offsets: dict[tuple[str, int, int, str], int] = {}
     while True:
         job = client.job(job_id)
@@ -193,7 +218,7 @@ def stream_until_done(
                 _write(out, chunk["data"], f"[{task['role']}/{task['index']}] " if prefix else "")
         if finished and all_read:
             return job
-        time.sleep(0.1)
+        pause(0.1)
 
 
 def _write(out: TextIO, text: str, prefix: str) -> None:
