@@ -141,7 +141,7 @@ def test_plan_shows_placements_and_environment(tmp_path: Path) -> None:
     job.write_text(shoal("job", "template", "--distributed").stdout)
     result = shoal(
         "job", "plan", str(job), "--nodes", "2", "--cpus", "4", "--gpus", "1",
-        "--env", "actor/3", "-o", "json",
+        "--task", "actor/3", "-o", "json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (plan,) = json.loads(result.stdout)
@@ -169,7 +169,7 @@ def test_plan_of_a_job_that_never_fits_exits_1(tmp_path: Path) -> None:
 def test_plan_rejects_unknown_task(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(shoal("job", "template").stdout)
-    result = shoal("job", "plan", str(job), "--env", "ghost/0")
+    result = shoal("job", "plan", str(job), "--task", "ghost/0")
     assert result.returncode == 2
     assert "no role 'ghost'" in result.stderr
 

@@ -91,6 +91,8 @@ def test_a_preemption_is_a_resource_retry_and_a_failure_a_user_retry(
     status = _openpai(cluster, victim)["jobStatus"]
     assert status["retryDetails"] == {"user": 0, "platform": 0, "resource": 1}
     assert status["retries"] == 1
+    retries = cluster.client.job(exp_jobs[victim])["retries"]
+    assert retries == {"user": 0, "platform": 0, "resource": 1}  # /api/v1 says the same
     for job_id in exp_jobs.values():
         cluster.client.stop(job_id)
     again = cluster.submit(
@@ -99,6 +101,7 @@ def test_a_preemption_is_a_resource_retry_and_a_failure_a_user_retry(
     assert cluster.wait(again)["state"] == "SUCCEEDED"
     status = _openpai(cluster, "again")["jobStatus"]
     assert status["retryDetails"] == {"user": 1, "platform": 0, "resource": 0}
+    assert cluster.client.job(again)["retries"] == {"user": 1, "platform": 0, "resource": 0}
 
 
 def test_a_task_that_exited_0_keeps_its_success_when_its_sibling_fails(

@@ -121,6 +121,15 @@ def test_busy_ports_seen_by_the_agent_are_never_placed(
         assert not _task_ports(cluster, job_id) & set(first)
         kinds = [e["kind"] for e in cluster.client.events(job_id)]
         assert "port-clash" not in kinds  # placed on free ports at once
+        wide = subprocess.run(
+            [sys.executable, "-m", "shoal", "node", "list", "-o", "wide"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "SHOAL_HOME": str(cluster.home), "SHOAL_CONTEXT": "local"},
+        ).stdout
+        assert "ports held by others" in wide and all(str(port) in wide for port in first), wide
     finally:
         _stop(procs)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from shoal.server.services.accounting import TaskRun, account
+from shoal.server.services.accounting import TaskRun, account, fold_attempt
 from shoal.spec.units import parse_duration
 from tests.server.test_admin_edits import api, bearer, home, make_user  # noqa: F401
 from tests.server.test_api import JOB
@@ -34,6 +34,26 @@ def test_a_running_task_counts_until_now_and_an_unended_one_until_the_job_ended(
         "cpuSeconds": 0.0,
         "peakMemoryMiB": 0.0,
     }
+
+
+def test_the_earlier_attempts_of_a_task_retried_in_place_count_too() -> None:
+    # attempt 1: 100..110 s, 4 s CPU, 200 MiB; attempt 2: 115..135 s, 6 s CPU, 50 MiB
+    earlier = fold_attempt({}, 100.0, 110.0, {"cpuSeconds": 4.0, "maxRssMiB": 200.0})
+    assert earlier["attempts"] == 1 and earlier["runSeconds"] == 10.0
+    used = account(
+        [TaskRun(2, 115.0, 135.0, {"cpuSeconds": 6.0, "maxRssMiB": 50.0}, earlier)],
+        job_end=135.0,
+        now=500.0,
+    )
+    assert used.elapsedS == 35.0  # from the first attempt's start
+    assert used.gpuHours == pytest.approx(2 * (10 + 20) / 3600, abs=1e-6)
+    assert used.cpuSeconds == 10.0 and used.peakMemoryMiB == 200.0
+    # waiting to run again: the earlier attempts alone
+    between = account([TaskRun(2, None, None, {}, earlier)], job_end=None, now=112.0)
+    assert between.elapsedS == 10.0 and between.cpuSeconds == 4.0
+    twice = fold_attempt(earlier, 115.0, 135.0, {"cpuSeconds": 6.0})
+    assert (twice["attempts"], twice["runSeconds"], twice["cpuSeconds"]) == (2, 30.0, 10.0)
+    assert (twice["firstStartedAt"], twice["lastFinishedAt"]) == (100.0, 135.0)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30d", 2592000), ("12h", 43200), ("10m", 600)])

@@ -177,15 +177,19 @@ def status(output: OutputFormat = OUTPUT_OPTION) -> None:
 @node_app.command("list")
 @api_errors
 def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
-    """Nodes with their capacity and what is allocated on them."""
+    """Nodes with their capacity and what is allocated on them (-o wide: also the task ports
+    that other processes hold, which are never given to tasks)."""
     nodes = client().nodes()
     if emit(nodes, output):
         return
+    wide = output is OutputFormat.WIDE
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("node", "address", "state", "cpu", "memory (MiB)", "gpu", "age of heartbeat"):
+    columns = ["node", "address", "state", "cpu", "memory (MiB)", "gpu", "age of heartbeat"]
+    for column in [*columns, "ports held by others"] if wide else columns:
         table.add_column(column)
     for n in nodes:
         a = n["allocated"]
+        held = [",".join(map(str, n.get("busyPorts") or [])) or "-"] if wide else []
         table.add_row(
             n["name"],
             n["address"],
@@ -194,6 +198,7 @@ def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
             f"{a['memoryMiB']:g}/{n['memoryMiB']}",
             f"{a['gpus']:g}/{n['gpus']}" + (f" {n['gpuType']}" if n["gpuType"] else ""),
             f"{max(time.time() - n['lastSeen'], 0):.1f}s",
+            *held,
         )
     console.print(table)
 

@@ -140,7 +140,7 @@ def plan(
     simulate: bool = typer.Option(
         False, "--simulate", help="Plan on simulated idle nodes even if a server answers."
     ),
-    task: str | None = typer.Option(None, "--env", help="Show the environment of ROLE/INDEX."),
+    task: str | None = typer.Option(None, "--task", help="Show the environment of ROLE/INDEX."),
     fmt: FormatChoice = FORMAT_OPTION,
     param: list[str] | None = PARAM_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
@@ -211,11 +211,13 @@ def parse_task(task: str | None, job: JobSpec) -> tuple[str, int] | None:
     role, _, index_text = task.partition("/")
     names = [r.name for r in job.roles]
     if role not in names:
-        raise typer.BadParameter(f"no role {role!r}; roles: {', '.join(names)}", param_hint="--env")
+        raise typer.BadParameter(
+            f"no role {role!r}; roles: {', '.join(names)}", param_hint="--task"
+        )
     if not (index_text or "0").isdigit() or int(index_text or 0) >= job.role(role).instances:
         raise typer.BadParameter(
             f"index must be 0..{job.role(role).instances - 1}, got {index_text!r}",
-            param_hint="--env",
+            param_hint="--task",
         )
     return role, int(index_text or 0)
 

@@ -142,11 +142,20 @@ class JobSummary(BaseModel):
     )
 
 
+class Retries(BaseModel):
+    """How often the job went back to the queue, by cause (OpenPAI's ``retryDetails``)."""
+
+    user: int = Field(description="After its own failure (counts against `retries`).")
+    platform: int = Field(description="After a platform failure (counts against `retries`).")
+    resource: int = Field(description="Preempted, or its ports were taken (does not count).")
+
+
 class JobDetail(JobSummary):
     diagnostics: str
     format: str
     roles: list[dict[str, Any]]
     tasks: list[TaskOut]
+    retries: Retries
 
 
 class PlanRequest(BaseModel):

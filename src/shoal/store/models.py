@@ -134,6 +134,8 @@ class Task(Base):
     exit_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
     diagnostics: Mapped[str] = mapped_column(Text, default="")
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # what the earlier attempts of a task retried in place used (accounting.fold_attempt)
+    earlier_usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     log_bytes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
     @property

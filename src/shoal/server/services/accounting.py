@@ -1,7 +1,7 @@
 """Accounting (Slurm's ``sacct``): what each job used, and sums per user or virtual cluster.
 
-Per job, over every task row of every job attempt (a task retried in place keeps one row, so
-only its last attempt counts):
+Per job, over every task row of every job attempt (a task retried in place keeps one row: what
+its earlier attempts used is folded into ``Task.earlier_usage`` by ``fold_attempt``):
 - elapsed: first task start to last task end (now, while a task still runs);
 - GPU-hours: the sum over tasks of GPUs x run time;
 - CPU seconds: the sum of the tasks' ``cpuSeconds`` (their process trees, sampled by the agent);
@@ -13,7 +13,7 @@ only its last attempt counts):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -33,6 +33,33 @@ class TaskRun:
     started_at: float | None
     finished_at: float | None
     usage: dict[str, Any]
+    earlier: dict[str, Any] = field(default_factory=dict)  # its earlier attempts, folded
+
+
+def fold_attempt(
+    earlier: dict[str, Any],
+    started_at: float | None,
+    finished_at: float | None,
+    usage: dict[str, Any],
+) -> dict[str, Any]:
+    """``earlier`` with one more finished attempt of the task added (run time, CPU, peak
+    memory, first start): what a task retried in place keeps of the attempt it leaves."""
+    run = 0.0 if started_at is None or finished_at is None else max(finished_at - started_at, 0)
+    first, last = earlier.get("firstStartedAt"), earlier.get("lastFinishedAt")
+    if started_at is not None:
+        first = started_at if first is None else min(float(first), started_at)
+    if finished_at is not None:
+        last = finished_at if last is None else max(float(last), finished_at)
+    return {
+        "attempts": int(earlier.get("attempts", 0)) + 1,
+        "runSeconds": round(float(earlier.get("runSeconds", 0.0)) + run, 3),
+        "cpuSeconds": round(
+            float(earlier.get("cpuSeconds", 0.0)) + float(usage.get("cpuSeconds", 0.0)), 3
+        ),
+        "maxRssMiB": max(float(earlier.get("maxRssMiB", 0.0)), float(usage.get("maxRssMiB", 0.0))),
+        "firstStartedAt": first,
+        "lastFinishedAt": last,
+    }
 
 
 def account(tasks: Iterable[TaskRun], job_end: float | None, now: float) -> Accounting:
@@ -43,7 +70,16 @@ def account(tasks: Iterable[TaskRun], job_end: float | None, now: float) -> Acco
     gpu_seconds = cpu_seconds = peak = 0.0
     for task in tasks:
         cpu_seconds += float(task.usage.get("cpuSeconds", 0.0))
+        cpu_seconds += float(task.earlier.get("cpuSeconds", 0.0))
         peak = max(peak, float(task.usage.get("maxRssMiB", 0.0)))
+        peak = max(peak, float(task.earlier.get("maxRssMiB", 0.0)))
+        gpu_seconds += task.gpus * float(task.earlier.get("runSeconds", 0.0))
+        if task.earlier.get("firstStartedAt") is not None:
+            earliest = float(task.earlier["firstStartedAt"])
+            first = earliest if first is None else min(first, earliest)
+        if task.earlier.get("lastFinishedAt") is not None:
+            latest = float(task.earlier["lastFinishedAt"])
+            last = latest if last is None else max(last, latest)
         if task.started_at is None:
             continue
         end = task.finished_at if task.finished_at is not None else (job_end or now)
@@ -65,12 +101,19 @@ def _runs_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, list[Tas
     if not job_ids:
         return runs
     rows = session.execute(
-        select(Task.job_id, Task.gpu_indices, Task.started_at, Task.finished_at, Task.usage).where(
-            Task.job_id.in_(list(job_ids))
-        )
+        select(
+            Task.job_id,
+            Task.gpu_indices,
+            Task.started_at,
+            Task.finished_at,
+            Task.usage,
+            Task.earlier_usage,
+        ).where(Task.job_id.in_(list(job_ids)))
     )
-    for job_id, gpus, started, finished, usage in rows:
-        runs[job_id].append(TaskRun(len(gpus or ()), started, finished, dict(usage or {})))
+    for job_id, gpus, started, finished, usage, earlier in rows:
+        runs[job_id].append(
+            TaskRun(len(gpus or ()), started, finished, dict(usage or {}), dict(earlier or {}))
+        )
     return runs
 
 

@@ -24,6 +24,7 @@ from shoal.core.lifecycle import (
     stopped_job,
 )
 from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
+from shoal.server.services.accounting import fold_attempt
 from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
 from shoal.server.services.port_clash import PORT_CLASH
@@ -120,6 +121,9 @@ def _interrupt(session: Session, job: Job, why: str, diagnostics: str, now: floa
 
 
 def _retry_in_place(session: Session, task: Task, limit: int, now: float) -> None:
+    task.earlier_usage = fold_attempt(
+        task.earlier_usage or {}, task.started_at, task.finished_at, task.usage or {}
+    )
     task.state = advance_task(State(task.state), TaskEvent.RETRIED).value
     task.attempt += 1
     task.launch_acked = False

@@ -13,6 +13,7 @@ from shoal.server.schemas import (
     JobDetail,
     JobSummary,
     PendingReasonOut,
+    Retries,
     TaskOut,
 )
 from shoal.store.models import Event, Job, Task
@@ -83,6 +84,9 @@ def job_detail(session: Session, job: Job, position: int | None = None) -> JobDe
         format=job.source_format,
         roles=list(job.spec.get("roles", [])),
         tasks=[task_out(t) for t in tasks],
+        retries=Retries(
+            user=job.retries_user, platform=job.retries_platform, resource=job.retries_resource
+        ),
     )
 
 
