@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail
-from shoal.cli.render import console, err_console
+from shoal.cli.render import console, err_console, new_table
 from shoal.client import ShoalError
 from shoal.paths import DEFAULT_PORT, default_home
 from shoal.spec import units
@@ -183,7 +182,7 @@ def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
     if emit(nodes, output):
         return
     wide = output is OutputFormat.WIDE
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     columns = ["node", "address", "state", "cpu", "memory (MiB)", "gpu", "age of heartbeat"]
     for column in [*columns, "ports held by others"] if wide else columns:
         table.add_column(column)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from shoal import clientconfig
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, fail, print_json
-from shoal.cli.render import console, err_console
+from shoal.cli.render import console, err_console, new_table
 from shoal.client import ShoalClient, discover
 from shoal.clientconfig import LOCAL, NAME_HINT, ClientConfig, Context
 from shoal.paths import default_home, write_secret_file
@@ -55,7 +54,7 @@ def get_contexts(output: OutputFormat = OUTPUT_OPTION) -> None:
     if output is OutputFormat.JSON:
         print_json({"current": config.current, "file": str(config.path), "contexts": rows})
         return
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     for column in ("current", "name", "server", "token"):
         table.add_column(column, overflow="fold")
     for row in rows:

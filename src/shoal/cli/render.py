@@ -6,12 +6,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.table import Table
 
 from shoal.cli.columns import Column, table_text
 from shoal.spec.units import format_cpu, format_memory
 
-if TYPE_CHECKING:  # the CLI starts without the planner and pydantic (test_cli_imports.py)
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    # the CLI starts without the planner and pydantic (test_cli_imports.py)
     from shoal.spec.errors import SpecProblem
     from shoal.spec.loader import ParsedJobs
     from shoal.spec.model import JobSpec
@@ -20,6 +22,13 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 if not console.is_terminal:
     console.width = 4096  # piped: tables are as wide as their values, never cut to 80 columns
+
+
+def new_table() -> Table:
+    """A borderless table (rich.table loads only when a command prints one)."""
+    from rich.table import Table
+
+    return Table(show_edge=False, pad_edge=False)
 
 
 def print_problems(source: str, problems: Sequence[SpecProblem]) -> None:
@@ -60,7 +69,7 @@ def _print_job(job: JobSpec) -> None:
     if job.secrets:
         details.append(f"secrets={len(job.secrets)} (masked)")
     console.print("  " + ", ".join(details))
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     for column in ("role", "instances", "cpu", "memory", "gpu", "ports", "completion", "retries"):
         table.add_column(column)
     for role in job.roles:

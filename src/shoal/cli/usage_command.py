@@ -5,10 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 
 import typer
-from rich.table import Table
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
-from shoal.cli.render import console
+from shoal.cli.render import console, new_table
 from shoal.cli.vc_update import format_mib
 from shoal.spec.units import parse_duration
 
@@ -37,7 +36,7 @@ def usage(
     if output is OutputFormat.JSON:
         print_json(report)
         return
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     for column in (by.value, "jobs", "gpu-hours", "cpu-hours", "elapsed-h", "peak mem"):
         table.add_column(column, justify="left" if column == by.value else "right")
     for row in report["rows"]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 
 import typer
-from rich.table import Table
 
 from shoal.cli.changes_view import print_changes
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail, print_json
-from shoal.cli.render import console
+from shoal.cli.render import console, new_table
 
 user_app = typer.Typer(help="Users (admins).", no_args_is_help=True)
 token_app = typer.Typer(help="Your API tokens.", no_args_is_help=True)
@@ -131,7 +130,7 @@ def list_tokens(output: OutputFormat = OUTPUT_OPTION) -> None:
     rows = client().tokens()
     if emit(rows, output):
         return
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     for column in ("id", "user", "kind", "label", "expires", "revoked"):
         table.add_column(column)
     for t in rows:

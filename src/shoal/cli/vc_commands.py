@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit
-from shoal.cli.render import console
+from shoal.cli.render import console, new_table
 from shoal.cli.vc_update import describe_amounts, parse_resources, update_command
 
 vc_app = typer.Typer(help="Virtual clusters: teams' guaranteed shares.", no_args_is_help=True)
@@ -92,7 +91,7 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
     rows = client().vcs()
     if emit(rows, output):
         return
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     columns = ("vc", "guarantee", "borrow limit", "used", "user cap", "queue", "members")
     for column in columns:
         table.add_column(column, overflow="fold")
