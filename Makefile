@@ -40,9 +40,12 @@ $(TORCH_STAMP): $(STAMP)
 # The main job: start a local cluster (2 simulated nodes), run the distributed RL example to
 # completion, and show its logs. The cluster stays up for you: `.venv/bin/shoal down` stops it.
 # `--context local`: the commands talk to this cluster even if a shoal context is current.
+# Tasks run with the submitting shell's PATH, so the job is submitted with the venv's bin first
+# (its python has numpy), as after `source .venv/bin/activate`.
 run: setup-runtime
 	$(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2 $(if $(PORT),--port $(PORT))
-	$(BIN)/shoal --context local job submit examples/rl-actor-learner/job.yaml --wait
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/shoal --context local job submit \
+		examples/rl-actor-learner/job.yaml --wait
 	$(BIN)/shoal --context local job logs rl-actor-learner --task learner/0
 	$(BIN)/shoal --context local job status rl-actor-learner
 	@echo "shoal is still running: try '.venv/bin/shoal status', stop it with '.venv/bin/shoal down'"
