@@ -91,9 +91,7 @@ def submit(
         name,
         vc,
         archive,
-        env=task_env.env,
-        environment=task_env.inherited,
-        workdir=str(Path.cwd()) if archive is None else None,
+        **task_env.submit_fields(archive),
     )
     if output is OutputFormat.TEXT:
         for job in submitted:

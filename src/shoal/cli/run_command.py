@@ -101,9 +101,7 @@ def run(
             None,
             None,
             archive,
-            env=task_env.env,
-            environment=task_env.inherited,
-            workdir=str(Path.cwd()) if archive is None else None,
+            **task_env.submit_fields(archive),
         )
         return str(submitted[0]["id"])
 

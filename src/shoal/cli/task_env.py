@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -76,6 +76,15 @@ NO_INHERIT_OPTION = typer.Option(
 class TaskEnvironment:
     env: dict[str, str]
     inherited: dict[str, str] | None
+
+    def submit_fields(self, archive: str | None) -> dict[str, Any]:
+        """The submission's environment fields; a job with no code archive starts in this
+        directory."""
+        return {
+            "env": self.env,
+            "environment": self.inherited,
+            "workdir": str(Path.cwd()) if archive is None else None,
+        }
 
 
 def parse_env(values: list[str] | None) -> dict[str, str]:
