@@ -50,6 +50,14 @@ print("ready", flush=True)
 while True:
     conn, _ = server.accept()
     conn.sendall(b"foreign")
+    # The peer closes first: an active close here would leave sockets on this port in FIN_WAIT
+    # for up to a minute after this process is killed, taking the port from later tests.
+    conn.settimeout(5)
+    try:
+        while conn.recv(1024):
+            pass
+    except OSError:
+        pass
     conn.close()
 """
 

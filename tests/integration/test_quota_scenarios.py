@@ -54,10 +54,12 @@ def test_a_team_borrows_the_idle_half_and_gives_it_back(cluster: LocalCluster) -
     victim = cluster.client.job(preempted[0])
     assert victim["attempt"] == 2  # it ran again from the queue
     kept = [j for j in a_jobs if j not in preempted]
-    for job_id in kept:  # inside the guarantee: untouched
-        assert cluster.client.job(job_id)["attempt"] == 1, [
-            (e["kind"], e["message"]) for e in cluster.client.events(job_id)
-        ]
+    for job_id in kept:  # inside the guarantee: never preempted
+        events = cluster.client.events(job_id)
+        assert "preempted" not in [e["kind"] for e in events], events
+        assert cluster.client.job(job_id)["retries"]["resource"] == sum(
+            e["kind"] == "port-clash" for e in events
+        ), events  # a port taken on the host may requeue it; a preemption may not
 
 
 def test_experiments_run_only_while_production_is_idle(cluster: LocalCluster) -> None:
