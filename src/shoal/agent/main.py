@@ -18,7 +18,7 @@ import httpx
 from shoal.agent.resources import NodeSpec
 from shoal.agent.runner import Runner
 from shoal.agent.shipper import LogShipper
-from shoal.server.schemas import (
+from shoal.protocol import (
     AgentNode,
     ExitReport,
     LogUploadRequest,

@@ -5,9 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
-from shoal.server.context import ApiError
-from shoal.server.deps import AgentCaller, Context
-from shoal.server.schemas import (
+from shoal.protocol import (
     LogUploadRequest,
     LogUploadResponse,
     OrdersRequest,
@@ -15,6 +13,8 @@ from shoal.server.schemas import (
     ReportRequest,
     ReportResponse,
 )
+from shoal.server.context import ApiError
+from shoal.server.deps import AgentCaller, Context
 from shoal.server.services import agents
 from shoal.server.services.logs import append_chunks
 
