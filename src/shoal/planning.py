@@ -14,10 +14,8 @@ from shoal.core.plan import Admission, Plan
 from shoal.core.resources import ResourceVector
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot, JobRequest, NodeState, RoleRequest
+from shoal.protocol import FIRST_SIMULATED_PORT, PORTS_PER_SIMULATED_NODE
 from shoal.spec.model import JobSpec, TaskRoleSpec
-
-PORTS_PER_SIMULATED_NODE = 1000
-FIRST_SIMULATED_PORT = 20000
 
 
 def role_ports(role: TaskRoleSpec) -> tuple[tuple[str, int], ...]:

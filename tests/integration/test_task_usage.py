@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from shoal.agent.runner import Runner
-from shoal.server.schemas import LaunchOrder
+from shoal.protocol import LaunchOrder
 
 BURN = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.3:\\n    pass"
 

@@ -13,6 +13,7 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from shoal.server.app import create_app, prepare
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, sqlite_url
@@ -40,7 +41,8 @@ def api(home: Path) -> Iterator[TestClient]:
 
 
 def agent_headers(home: Path) -> dict[str, str]:
-    return {"Authorization": f"Bearer {(home / 'agent.token').read_text().strip()}"}
+    token = (home / "agent.token").read_text().strip()
+    return {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
 def register_node(api: TestClient, home: Path, gpus: int = 2) -> None:

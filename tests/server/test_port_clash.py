@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from shoal.server.app import create_app, prepare
 from shoal.server.services.port_clash import MAX_PORT_REQUEUES
 from shoal.server.settings import ServerSettings
@@ -35,7 +36,8 @@ def api(home: Path) -> Iterator[TestClient]:
 
 
 def _agent(home: Path) -> dict[str, str]:
-    return {"Authorization": f"Bearer {(home / 'agent.token').read_text().strip()}"}
+    token = (home / "agent.token").read_text().strip()
+    return {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
 def _node(busy: list[int]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
 from shoal.server.services.events import record
@@ -62,6 +63,7 @@ class Server:
             "port_high": 21000,
         }
         agent = self.headers((self.home / "agent.token").read_text().strip())
+        agent[PROTOCOL_HEADER] = str(PROTOCOL_VERSION)
         response = self.client.post(
             "/api/v1/agent/report", json={"agent_id": "a", "nodes": [node]}, headers=agent
         )

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from shoal.protocol import fill_in
 from shoal.spec import units
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import detect_format, load_job_bytes, load_job_file, load_job_text
 from shoal.spec.model import SourceFormat
-from shoal.spec.templating import NATIVE_TOKEN, fill_in, missing_secrets, render, secret_values
+from shoal.spec.templating import NATIVE_TOKEN, missing_secrets, render, secret_values
 
 
 def _problems(text: str | bytes) -> list[str]:

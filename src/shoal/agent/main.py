@@ -3,6 +3,11 @@
 Three threads: a monitor reaps exits and enforces deadlines; a reporter ships logs and reports
 starts and exits (repeating exits until acknowledged); an order taker long-polls the server for
 launches and kills. If the server goes away, tasks keep running and reports wait for it.
+
+Every request carries the agent's protocol version (``shoal.protocol``). A server that answers
+with another version (or refuses ours) cannot be talked to: the agent logs one error naming both
+versions, stops calling the server and sets ``must_stop``; ``shoal agent`` then stops the tasks and
+exits with status 2, since a server that cannot hear this agent treats its nodes as lost.
 """
 
 from __future__ import annotations
@@ -18,15 +23,21 @@ import httpx
 from shoal.agent.resources import NodeSpec
 from shoal.agent.runner import Runner
 from shoal.agent.shipper import LogShipper
-from shoal.server.schemas import (
+from shoal.protocol import (
+    MISMATCH_STATUS,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
     AgentNode,
     ExitReport,
     LogUploadRequest,
     LogUploadResponse,
     OrdersRequest,
     OrdersResponse,
+    ProtocolMismatch,
     ReportRequest,
     ReportResponse,
+    mismatch_message,
+    parse_version,
 )
 
 log = logging.getLogger("shoal.agent")
@@ -49,7 +60,7 @@ class Agent:
         self, server: str, token: str, home: Path, nodes: list[NodeSpec], agent_id: str
     ) -> None:
         self.server = server
-        self.headers = {"Authorization": f"Bearer {token}"}
+        self.headers = {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
         self.home = home
         self.nodes = nodes
         self.agent_id = agent_id
@@ -57,6 +68,11 @@ class Agent:
         self.shipper = LogShipper(self.runner, self._upload_logs)
         self.report_now = threading.Event()
         self.stopping = threading.Event()
+        # Set when the agent must end: the server speaks another protocol version (``refusal``
+        # says so), or (in ``shoal agent``) a signal asked it to.
+        self.must_stop = threading.Event()
+        self.refusal: str | None = None
+        self._refusal_lock = threading.Lock()
         self._report_client = self._client(10.0)
         self._order_client = self._client(ORDER_WAIT_S + 10.0)
         self._threads = [
@@ -66,7 +82,31 @@ class Agent:
         ]
 
     def _client(self, timeout: float) -> httpx.Client:
-        return httpx.Client(base_url=self.server, headers=self.headers, timeout=timeout)
+        return httpx.Client(
+            base_url=self.server,
+            headers=self.headers,
+            timeout=timeout,
+            event_hooks={"response": [self._check_protocol]},
+        )
+
+    def _check_protocol(self, response: httpx.Response) -> None:
+        """Refuse a server of another protocol version: one that says so (426), answers with
+        another version, or answers a success without one (it predates the protocol)."""
+        theirs = response.headers.get(PROTOCOL_HEADER)
+        if (
+            response.status_code == MISMATCH_STATUS
+            or (theirs is not None and parse_version(theirs) != PROTOCOL_VERSION)
+            or (theirs is None and response.is_success)
+        ):
+            raise ProtocolMismatch(mismatch_message(str(PROTOCOL_VERSION), theirs))
+
+    def _refuse(self, exc: ProtocolMismatch) -> None:
+        with self._refusal_lock:
+            first = self.refusal is None
+            self.refusal = self.refusal or f"cannot talk to the server at {self.server}: {exc}"
+        if first:
+            log.error("%s; this agent stops calling it", self.refusal)
+        self.must_stop.set()
 
     def start(self) -> None:
         self._restore_unreported()
@@ -80,7 +120,7 @@ class Agent:
         try:
             self.shipper.ship()
             self._report()
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ProtocolMismatch):
             pass
         self._save_unreported()
         self.stopping.set()
@@ -140,6 +180,9 @@ class Agent:
                     self._report()
                     last_report, last_running = time.monotonic(), running
                 backoff = 0.1
+            except ProtocolMismatch as exc:
+                self._refuse(exc)
+                return
             except httpx.HTTPError as exc:
                 log.warning("server unreachable (%s); tasks keep running, retrying", exc)
                 time.sleep(backoff)
@@ -151,6 +194,9 @@ class Agent:
             try:
                 orders = self._orders()
                 backoff = 0.1
+            except ProtocolMismatch as exc:
+                self._refuse(exc)
+                return
             except httpx.HTTPError:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_MAX_S)

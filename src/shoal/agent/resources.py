@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from shoal.planning import FIRST_SIMULATED_PORT, PORTS_PER_SIMULATED_NODE
+from shoal.protocol import FIRST_SIMULATED_PORT, PORTS_PER_SIMULATED_NODE
 
 log = logging.getLogger("shoal.agent")
 

@@ -22,8 +22,7 @@ from typing import BinaryIO
 import psutil
 
 from shoal.agent.ports import BusyPorts, PortTaken, probe
-from shoal.server.schemas import ExitReport, LaunchOrder, RunningReport
-from shoal.spec.templating import fill_in
+from shoal.protocol import ExitReport, LaunchOrder, RunningReport, fill_in
 
 log = logging.getLogger("shoal.agent")
 SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"

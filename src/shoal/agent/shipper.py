@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from shoal.agent.runner import Attempt, Runner
-from shoal.server.schemas import LogUpload, LogUploadRequest, LogUploadResponse
+from shoal.protocol import LogUpload, LogUploadRequest, LogUploadResponse
 
 CHUNK = 256 * 1024
 STREAMS = ("stdout", "stderr")

@@ -250,10 +250,11 @@ def agent(
     specs = local_nodes(nodes, cpus, _memory(memory), gpus, gpu_type, address, port_base=port_base)
     home.mkdir(parents=True, exist_ok=True)
     running = Agent(server_url, token_file.read_text().strip(), home, specs, f"{hostname()}:{home}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
+    signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
     running.start()
-    stop.wait()
+    running.must_stop.wait()  # a signal, or a server of another protocol version
     err_console.print("agent stopping: ending its tasks")
     running.stop(grace)
+    if running.refusal is not None:
+        raise fail(running.refusal, code=2)

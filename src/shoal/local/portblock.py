@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shoal.agent.ports import bound_ports
-from shoal.planning import PORTS_PER_SIMULATED_NODE
+from shoal.protocol import PORTS_PER_SIMULATED_NODE
 
 RUN_FIRST_BASE = 30000  # above ``shoal up``'s default block (20000, 1,000 ports per node)
 HIGHEST_PORT = 65535

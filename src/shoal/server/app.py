@@ -75,7 +75,8 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         body = {"code": exc.code, "message": exc.message, "problems": exc.problems}
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        headers.update(exc.headers)
         return JSONResponse(body, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)

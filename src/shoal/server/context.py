@@ -21,12 +21,14 @@ class ApiError(Exception):
         code: str,
         message: str,
         problems: list[dict[str, object]] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.problems = problems or []
+        self.headers = headers or {}
 
 
 @dataclass

@@ -4,7 +4,7 @@ As in OpenPAI, unresolved references are left literally, and ``$secrets`` refere
 rendered into commands here: the agent renders them when it launches the task, so secret values do
 not end up in the stored job or in any listing. ``secret_values`` maps each secret reference of a
 stored command, exactly as written, to its value (the server sends that map with the launch order);
-``fill_in`` substitutes them (the agent, just before it starts the task).
+``shoal.protocol.fill_in`` substitutes them (the agent, just before it starts the task).
 """
 
 from __future__ import annotations
@@ -107,15 +107,6 @@ def secret_values(
         if found and not isinstance(value, (dict, list)):
             values[match.group(0)] = _scalar_text(value)
     return values
-
-
-def fill_in(text: str, values: Mapping[str, str]) -> str:
-    """``text`` with every key of ``values`` replaced by its value, in one pass (a value that
-    looks like a reference is not substituted again)."""
-    if not values:
-        return text
-    pattern = re.compile("|".join(re.escape(key) for key in sorted(values, key=len, reverse=True)))
-    return pattern.sub(lambda match: values[match.group(0)], text)
 
 
 def _maybe_json(value: str) -> Any:

@@ -1,46 +1,81 @@
-"""``/api/v1/agent``: the protocol agents speak (sync, log upload, code download)."""
+"""``/api/v1/agent``: the protocol agents speak (sync, log upload, code download).
+
+Every call must carry the agent's protocol version (``X-Shoal-Protocol``); a missing or different
+one is refused with 426 and a message naming both versions. Every answer carries the server's."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Response
 from fastapi.responses import FileResponse
 
-from shoal.server.context import ApiError
-from shoal.server.deps import AgentCaller, Context
-from shoal.server.schemas import (
+from shoal.protocol import (
+    MISMATCH_CODE,
+    MISMATCH_STATUS,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
     LogUploadRequest,
     LogUploadResponse,
     OrdersRequest,
     OrdersResponse,
     ReportRequest,
     ReportResponse,
+    mismatch_message,
+    parse_version,
 )
+from shoal.server.auth import Principal
+from shoal.server.context import ApiError
+from shoal.server.deps import AgentCaller, Context
 from shoal.server.services import agents
 from shoal.server.services.logs import append_chunks
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
+OUR_VERSION = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+
+
+def agent_of_our_protocol(
+    agent: AgentCaller,
+    response: Response,
+    version: Annotated[
+        str | None,
+        Header(
+            alias=PROTOCOL_HEADER,
+            description=f"The agent's protocol version; this server speaks {PROTOCOL_VERSION}.",
+        ),
+    ] = None,
+) -> Principal:
+    """The authenticated agent, if it speaks this server's protocol version."""
+    response.headers.update(OUR_VERSION)
+    if parse_version(version) != PROTOCOL_VERSION:
+        message = mismatch_message(version, str(PROTOCOL_VERSION))
+        raise ApiError(MISMATCH_STATUS, MISMATCH_CODE, message, headers=OUR_VERSION)
+    return agent
+
+
+Agent = Annotated[Principal, Depends(agent_of_our_protocol)]
 
 
 @router.post("/report", response_model=ReportResponse)
-def report(body: ReportRequest, ctx: Context, agent: AgentCaller) -> ReportResponse:
+def report(body: ReportRequest, ctx: Context, agent: Agent) -> ReportResponse:
     """Report nodes, started and exited attempts; repeat exits until they are acknowledged."""
     return agents.report(ctx, body)
 
 
 @router.post("/orders", response_model=OrdersResponse)
-def orders(body: OrdersRequest, ctx: Context, agent: AgentCaller) -> OrdersResponse:
+def orders(body: OrdersRequest, ctx: Context, agent: Agent) -> OrdersResponse:
     """Launch and kill orders for the agent's nodes (long-polls up to ``wait_s``)."""
     return agents.orders(ctx, body)
 
 
 @router.post("/logs", response_model=LogUploadResponse)
-def upload_logs(body: LogUploadRequest, ctx: Context, agent: AgentCaller) -> LogUploadResponse:
+def upload_logs(body: LogUploadRequest, ctx: Context, agent: Agent) -> LogUploadResponse:
     return append_chunks(ctx, body)
 
 
 @router.get("/code/{job_id}", response_class=FileResponse)
-def download_code(job_id: str, ctx: Context, agent: AgentCaller) -> FileResponse:
+def download_code(job_id: str, ctx: Context, agent: Agent) -> FileResponse:
     path = ctx.settings.code_dir / f"{job_id}.tar.gz"
     if not job_id.isdigit() or not path.exists():
-        raise ApiError(404, "NoCodeError", f"job {job_id} has no code archive")
-    return FileResponse(path, media_type="application/gzip")
+        raise ApiError(404, "NoCodeError", f"job {job_id} has no code archive", headers=OUR_VERSION)
+    return FileResponse(path, media_type="application/gzip", headers=OUR_VERSION)

@@ -13,14 +13,14 @@ from shoal.core.plan import TaskPlacement
 from shoal.core.resources import ResourceVector
 from shoal.core.states import State
 from shoal.planning import env_job
-from shoal.server.context import ServerContext
-from shoal.server.schemas import (
+from shoal.protocol import (
     LaunchOrder,
     OrdersRequest,
     OrdersResponse,
     ReportRequest,
     ReportResponse,
 )
+from shoal.server.context import ServerContext
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.reports import apply_report
 from shoal.server.services.snapshot import spec_of

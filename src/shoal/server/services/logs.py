@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 
 from shoal.core.states import State
+from shoal.protocol import LogUploadRequest, LogUploadResponse
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.schemas import LogChunk, LogUploadRequest, LogUploadResponse
+from shoal.server.schemas import LogChunk
 from shoal.server.services.log_files import record_time
 from shoal.server.services.reports import task_by_attempt
 from shoal.store.models import Task

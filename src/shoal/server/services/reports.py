@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from shoal.core.lifecycle import ProcessExit
 from shoal.core.states import State
+from shoal.protocol import AgentNode, ReportRequest, RunningReport
 from shoal.server.context import ServerContext
-from shoal.server.schemas import AgentNode, ReportRequest, RunningReport
 from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
 from shoal.server.services.port_clash import mark_port_clash

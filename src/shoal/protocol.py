@@ -1,0 +1,190 @@
+"""What agents and the server say to each other (``/api/v1/agent``), shared by both sides.
+
+The agent imports this module and nothing of the server, the store, the planner or the core, so
+an agent machine needs only the agent. These wire models are separate from the REST bodies
+(``shoal.server.schemas``): a REST change never changes what agents speak.
+
+Every agent request carries ``PROTOCOL_HEADER: PROTOCOL_VERSION`` and every answer of the agent
+API carries the server's. Either side refuses a missing or different version with
+``mismatch_message``; raise ``PROTOCOL_VERSION`` whenever a change here would break the other
+side (a field renamed, removed or newly required, a meaning changed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+PROTOCOL_VERSION = 1
+PROTOCOL_HEADER = "X-Shoal-Protocol"
+# The HTTP status of a refused version (426 Upgrade Required) and the error code in its body.
+MISMATCH_STATUS = 426
+MISMATCH_CODE = "ProtocolMismatchError"
+
+# Each simulated node of one machine gets this many task ports, the first from FIRST_SIMULATED_PORT
+# (agents describe their nodes this way; the planner simulates nodes the same way).
+PORTS_PER_SIMULATED_NODE = 1000
+FIRST_SIMULATED_PORT = 20000
+
+
+def parse_version(text: str | None) -> int | None:
+    """The version a header names; None when it is absent or not a number."""
+    if text is None or not text.strip().isdigit():
+        return None
+    return int(text)
+
+
+def mismatch_message(agent: str | None, server: str | None) -> str:
+    """Why an agent and a server cannot talk, naming both versions (as sent: None = absent) and
+    which side to upgrade."""
+    agent_version, server_version = parse_version(agent), parse_version(server)
+
+    def speaks(version: int | None, text: str | None) -> str:
+        if version is not None:
+            return f"protocol {version}"
+        if text is None:
+            return "no protocol version (it predates protocol 1)"
+        return f"an unknown protocol {text!r}"
+
+    older = "agent" if (agent_version or 0) < (server_version or 0) else "server"
+    return (
+        f"the agent speaks {speaks(agent_version, agent)}, the server speaks "
+        f"{speaks(server_version, server)}: upgrade the {older}"
+    )
+
+
+class ProtocolMismatch(Exception):
+    """The other side speaks another protocol version: retrying cannot help."""
+
+
+# ---- the agent's report (also its registration: the first report is its join) ----
+
+
+class AgentNode(BaseModel):
+    name: str
+    address: str
+    cpu_millis: int
+    memory_mib: int
+    gpu_indices: list[int]
+    gpu_type: str | None = None
+    port_low: int
+    port_high: int
+    usage: dict[str, Any] = Field(default_factory=dict)
+    busy_ports: list[int] = Field(
+        default_factory=list,
+        description="Ports of the range held by processes that are not this agent's tasks.",
+    )
+
+
+class RunningReport(BaseModel):
+    attempt_id: str
+    pid: int
+    started_at: float
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExitReport(BaseModel):
+    attempt_id: str
+    exit_code: int | None
+    signal: int | None = None
+    stop_requested: bool = False
+    timed_out: bool = False
+    launch_error: str | None = None
+    agent_shutdown: bool = Field(
+        False, description="The agent stopped it because the agent itself was shutting down."
+    )
+    busy_port: int | None = Field(
+        None, description="The launch was refused: this port of the task was already in use."
+    )
+    started_at: float | None = None
+    finished_at: float
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReportRequest(BaseModel):
+    agent_id: str
+    nodes: list[AgentNode]
+    running: list[RunningReport] = Field(default_factory=list)
+    exited: list[ExitReport] = Field(default_factory=list)
+
+
+class ReportResponse(BaseModel):
+    acked: list[str] = Field(default_factory=list)
+    kill: list[str] = Field(default_factory=list, description="Attempts that must not run.")
+
+
+# ---- orders ----
+
+
+class OrdersRequest(BaseModel):
+    agent_id: str
+    nodes: list[str]
+    known: list[str] = Field(default_factory=list, description="Attempts the agent already has.")
+    wait_s: float = Field(0.0, ge=0, le=30)
+
+
+class LaunchOrder(BaseModel):
+    attempt_id: str
+    job_id: str
+    role: str
+    index: int
+    node: str
+    command: str
+    env: dict[str, str]
+    hostfile: str
+    has_code: bool
+    deadline_s: float | None = None
+    kill_grace_s: float
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each secret reference in the command, as written, and its value: filled in "
+        "by the agent when it starts the task, never stored or logged.",
+    )
+    inherited_env: dict[str, str] | None = Field(
+        None, description="The environment the task starts from (None: the agent's minimal one)."
+    )
+    workdir: str | None = Field(
+        None, description="Where to start a task that has no code archive, if it exists here."
+    )
+    ports: dict[str, list[int]] = Field(
+        default_factory=dict, description="The task's ports by label, probed before launch."
+    )
+
+
+class OrdersResponse(BaseModel):
+    launch: list[LaunchOrder] = Field(default_factory=list)
+    kill: list[str] = Field(default_factory=list)
+
+
+def fill_in(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with every key of ``values`` replaced by its value, in one pass (a value that
+    looks like a reference is not substituted again): how the agent renders a launch order's
+    ``secrets`` into its command."""
+    if not values:
+        return text
+    pattern = re.compile("|".join(re.escape(key) for key in sorted(values, key=len, reverse=True)))
+    return pattern.sub(lambda match: values[match.group(0)], text)
+
+
+# ---- logs ----
+
+
+class LogUpload(BaseModel):
+    attempt_id: str
+    stream: Literal["stdout", "stderr"]
+    offset: int = Field(ge=0)
+    data: str = Field(description="Base64 of the bytes at this offset.")
+    at: float | None = Field(
+        None, description="When the agent read these bytes (epoch s); the server's clock if absent."
+    )
+
+
+class LogUploadRequest(BaseModel):
+    chunks: list[LogUpload]
+
+
+class LogUploadResponse(BaseModel):
+    sizes: dict[str, dict[str, int]]
