@@ -52,7 +52,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         yield
         if run_scheduler:
             loop.stop()
-        ctx.agent_work.notify()
+        ctx.wake_agents()
 
     app = FastAPI(
         title="shoal",

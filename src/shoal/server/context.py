@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from shoal.core.snapshot import JobRequest
-from shoal.server.notify import Notifier
+from shoal.server.notify import NodeNews, Notifier
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database
 
@@ -37,7 +37,7 @@ class ServerContext:
     db: Database
     clock: Callable[[], float] = time.time
     scheduler_wake: Notifier = field(default_factory=Notifier)
-    agent_work: Notifier = field(default_factory=Notifier)
+    agent_work: NodeNews = field(default_factory=NodeNews)  # news for agents, per node
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     closing: bool = False  # set when the server shuts down: long polls answer at once
@@ -47,10 +47,11 @@ class ServerContext:
     def wake_scheduler(self) -> None:
         self.scheduler_wake.notify()
 
-    def wake_agents(self) -> None:
-        self.agent_work.notify()
+    def wake_agents(self, nodes: Iterable[str] | None = None) -> None:
+        """Wake the long polls of the agents of ``nodes`` (of every agent if None)."""
+        self.agent_work.news(nodes)
 
     def close(self) -> None:
         self.closing = True
-        self.agent_work.notify()
+        self.agent_work.news()
         self.scheduler_wake.notify()

@@ -63,9 +63,10 @@ def report(body: ReportRequest, ctx: Context, agent: Agent) -> ReportResponse:
 
 
 @router.post("/orders", response_model=OrdersResponse)
-def orders(body: OrdersRequest, ctx: Context, agent: Agent) -> OrdersResponse:
+async def orders(body: OrdersRequest, ctx: Context, agent: Agent) -> OrdersResponse:
     """Launch and kill orders for the agent's nodes (long-polls up to ``wait_s``)."""
-    return agents.orders(ctx, body)
+    # async: the wait parks on the event loop, woken by news about one of the agent's nodes
+    return await agents.orders(ctx, body)
 
 
 @router.post("/logs", response_model=LogUploadResponse)

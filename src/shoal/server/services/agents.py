@@ -6,6 +6,7 @@ restarts: reports are repeated until acknowledged, launches until the agent repo
 from __future__ import annotations
 
 from sqlalchemy import bindparam, select
+from starlette.concurrency import run_in_threadpool
 
 from shoal.core.envcontract import JobEnvironment
 from shoal.core.lifecycle import ProcessExit
@@ -21,6 +22,7 @@ from shoal.protocol import (
     ReportResponse,
 )
 from shoal.server.context import ServerContext
+from shoal.server.notify import noted_news
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.reports import apply_report
 from shoal.server.services.snapshot import spec_of
@@ -37,13 +39,17 @@ def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
     return ReportResponse(acked=acked, kill=stale)
 
 
-def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
-    """Launch and kill orders for the agent's nodes, waiting up to ``wait_s`` for some."""
-    seen = ctx.agent_work.generation
-    response = _orders(ctx, request)
+async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
+    """Launch and kill orders for the agent's nodes, waiting up to ``wait_s`` for some.
+
+    The store is read in a worker thread; the wait holds none: it parks on the event loop until
+    news about one of the agent's nodes (``ctx.wake_agents``) or the end of ``wait_s``. The
+    nodes' news versions are taken before the read, so news recorded meanwhile is not missed."""
+    seen = ctx.agent_work.versions(request.nodes)
+    response = await run_in_threadpool(_orders, ctx, request)
     if not response.launch and not response.kill and request.wait_s > 0 and not ctx.closing:
-        ctx.agent_work.wait(seen, request.wait_s)
-        response = _orders(ctx, request)
+        await ctx.agent_work.wait(request.nodes, seen, request.wait_s)
+        response = await run_in_threadpool(_orders, ctx, request)
     return response
 
 
@@ -150,4 +156,5 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
                 select(Task).where(Task.node == node.name, Task.state.in_(ACTIVE_TASK))
             ):
                 on_exit(session, task, ProcessExit(None, lost=True), now)
+    ctx.wake_agents(noted_news(session))  # the lost tasks' peers on other nodes are killed
     return changed

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from shoal.core.plan import Admission, PendingReason, Plan, Preemption
 from shoal.core.states import JobEvent, State, advance_job
 from shoal.server.context import ServerContext
+from shoal.server.notify import note_news, noted_news
 from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
 from shoal.store.models import Job, Task
@@ -41,7 +42,7 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
         preempted = sum(_preempt(session, p, now) for p in plan.preemptions)
         del loaded
     if admitted or preempted:
-        ctx.wake_agents()
+        ctx.wake_agents(noted_news(session))  # the nodes placed on, the victims' nodes
     return admitted
 
 
@@ -114,6 +115,7 @@ def _admit(session: Session, admission: Admission, seen: int | None, now: float)
     ]
     connection.execute(_INSERT_TASK, rows)
     nodes = sorted({p.node for p in admission.placements})
+    note_news(session, nodes)
     record(
         session,
         admission.job_id,

@@ -18,6 +18,7 @@ from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_t
 from shoal.planning import job_request
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
+from shoal.server.notify import note_news, noted_news
 from shoal.server.schemas import SubmitRequest
 from shoal.server.services.events import record
 from shoal.server.services.nodes import load_nodes
@@ -275,7 +276,7 @@ def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
             job.state = State.STOPPING.value if state is State.RUNNING else job.state
             request_kill(session, job.id)
             record(session, job.id, now, "stopping", f"stop requested by {principal.user}")
-    ctx.wake_agents()
+    ctx.wake_agents(noted_news(session))
     ctx.wake_scheduler()
     return job
 
@@ -290,5 +291,6 @@ def request_kill(session: Session, job_id: str, tasks: list[Task] | None = None)
         if state.is_terminal:
             continue
         task.kill_requested = True
+        note_news(session, [task.node])
         if state is State.RUNNING:
             task.state = advance_task(state, TaskEvent.STOP_REQUESTED).value

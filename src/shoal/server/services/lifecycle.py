@@ -24,6 +24,7 @@ from shoal.core.lifecycle import (
     stopped_job,
 )
 from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
+from shoal.server.notify import note_news
 from shoal.server.services.accounting import fold_attempt
 from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
@@ -127,6 +128,7 @@ def _retry_in_place(session: Session, task: Task, limit: int, now: float) -> Non
     task.state = advance_task(State(task.state), TaskEvent.RETRIED).value
     task.attempt += 1
     task.launch_acked = False
+    note_news(session, [task.node])
     task.pid = None
     task.started_at = None
     task.finished_at = None

@@ -19,6 +19,7 @@ from shoal.core.lifecycle import ProcessExit
 from shoal.core.states import State
 from shoal.protocol import AgentNode, ReportRequest, RunningReport
 from shoal.server.context import ServerContext
+from shoal.server.notify import noted_news
 from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
 from shoal.server.services.port_clash import mark_port_clash
@@ -125,7 +126,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
         del loaded
     if changed:
         ctx.wake_scheduler()
-        ctx.wake_agents()  # exits may have asked for kills (completion, job retry)
+        ctx.wake_agents(noted_news(session))  # exits may have asked for kills or retries
     return acked, stale
 
 
