@@ -98,7 +98,7 @@ def test_cordon_drain_uncordon(cluster: LocalCluster, tmp_path: Path) -> None:
         name: [e["kind"] for e in cluster.client.node_events(name)] for name in nodes(cluster)
     }
     assert events == {
-        "node-0": ["registered", "drain", "uncordon"],
+        "node-0": ["registered", "drain", "drained", "uncordon"],
         "node-1": ["registered", "cordon", "uncordon"],
     }
     shown = shoal(cluster, "node", "events", "node-0")

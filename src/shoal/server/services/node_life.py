@@ -24,7 +24,7 @@ _SAY = {
     NodeEvent.HEARTBEATS_MISSED: "NOT_READY: no heartbeat for {timeout:g}s; its tasks are lost",
     NodeEvent.CAME_BACK: "ready again: its agent reports",
     NodeEvent.CORDON: "cordoned by {by}: no new tasks",
-    NodeEvent.DRAIN: "drained by {by}: no new tasks; {tasks} running task(s) finish",
+    NodeEvent.DRAIN: "drained by {by}: no new tasks; {tasks}",
     NodeEvent.UNCORDON: "uncordoned by {by}: takes new tasks",
 }
 
@@ -56,10 +56,22 @@ def change_node(
     after = advance_node(node.name, condition_of(node), event)
     node.state, node.hold = after.liveness.value, after.hold.value
     node.schedulable = after.hold is Hold.NONE
-    tasks = active_tasks(session, node.name) if event is NodeEvent.DRAIN else 0
+    tasks = ""
+    if event is NodeEvent.DRAIN:
+        count = active_tasks(session, node.name)
+        tasks = f"{count} running task(s) finish first" if count else "no task on it: DRAINED"
     message = _SAY[event].format(by=by, tasks=tasks, timeout=timeout_s)
     record_node_event(session, node.name, now, event.value, message, by)
     return after
+
+
+def note_drained(session: Session, nodes: set[str], now: float) -> None:
+    """Record ``drained`` for each draining node of ``nodes`` that has no task left."""
+    for name in sorted(nodes):
+        node = session.get(Node, name)
+        draining = node is not None and node.hold == Hold.DRAINING.value
+        if draining and active_tasks(session, name) == 0:
+            record_node_event(session, name, now, "drained", "DRAINED: no task left on it")
 
 
 def hold_node(ctx: ServerContext, caller: Principal, name: str, event: NodeEvent) -> None:

@@ -22,7 +22,7 @@ from shoal.protocol import AgentNode, ReportRequest, RunningReport
 from shoal.server.context import ServerContext
 from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
-from shoal.server.services.node_life import change_node, record_node_event
+from shoal.server.services.node_life import change_node, note_drained, record_node_event
 from shoal.server.services.port_clash import mark_port_clash
 from shoal.store.models import Job, Node, Task
 
@@ -94,6 +94,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
         lost = vanished(named, request)
         loaded = _load_changing(ctx, session, request, named, lost)
         changed = False
+        ended: set[str] = set()  # nodes where a task ended
         for node in request.nodes:
             changed |= _upsert_node(
                 session, request.agent_id, node, now, _heartbeat_s(ctx) / 2, request.agent_version
@@ -120,12 +121,15 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                 if report.busy_port is not None:  # placed again on free ports, if it may
                     mark_port_clash(session, task, report.busy_port, report.finished_at)
                 on_exit(session, task, result, report.finished_at, report.usage)
+                ended.add(task.node)
                 changed = True
             ctx.seen_attempts.discard(report.attempt_id)
             acked.append(report.attempt_id)
         for row in lost:  # the agent once ran them but no longer does (e.g. it restarted)
             on_exit(session, loaded.tasks[row.id], ProcessExit(None, lost=True), now)
+            ended.add(row.node)
             changed = True
+        note_drained(session, ended, now)
         del loaded
     if changed:
         ctx.wake_scheduler()
