@@ -411,3 +411,12 @@ class ShoalClient:
     def nodes(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/api/v1/nodes")
         return result
+
+    def node_action(self, name: str, action: str) -> dict[str, Any]:
+        """``cordon``, ``drain`` or ``uncordon`` a node (admins); the node as it is after."""
+        result: dict[str, Any] = self._call("POST", f"/api/v1/nodes/{name}/{action}")
+        return result
+
+    def node_events(self, name: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/api/v1/nodes/{name}/events")
+        return result

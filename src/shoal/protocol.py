@@ -109,6 +109,7 @@ class ReportRequest(BaseModel):
     nodes: list[AgentNode]
     running: list[RunningReport] = Field(default_factory=list)
     exited: list[ExitReport] = Field(default_factory=list)
+    agent_version: str | None = Field(None, description="The shoal version the agent runs.")
 
 
 class ReportResponse(BaseModel):

@@ -110,7 +110,9 @@ def test_lost_agent_fails_its_tasks_with_a_platform_reason(tmp_path: Path) -> No
         assert job["exitClass"] == "PLATFORM_FAILURE"
         assert "lost" in job["tasks"][0]["diagnostics"]
         nodes = cluster.client.nodes()
-        assert nodes[0]["state"] == "LOST"
+        assert nodes[0]["state"] == "NOT_READY"
+        events = cluster.client.node_events(nodes[0]["name"])
+        assert events[-1]["kind"] == "heartbeats_missed", events
         if task_pid and alive(task_pid):
             os.killpg(task_pid, signal.SIGKILL)  # a task of ours that outlived its agent
         time.sleep(0.1)

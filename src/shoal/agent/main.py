@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from shoal import __version__
 from shoal.agent.resources import NodeSpec
 from shoal.agent.runner import Runner
 from shoal.agent.shipper import LogShipper
@@ -235,6 +236,7 @@ class Agent:
             nodes=self._node_reports(),
             running=self.runner.running_reports(),
             exited=exits,
+            agent_version=__version__,
         )
         response = self._report_client.post("/api/v1/agent/report", json=request.model_dump())
         response.raise_for_status()

@@ -1,4 +1,5 @@
-"""``shoal up``, ``down``, ``status``, ``node list``, and the ``server``/``agent`` processes."""
+"""``shoal up``, ``down``, ``status``, ``node list|cordon|drain|uncordon|events``, and the
+``server``/``agent`` processes."""
 
 from __future__ import annotations
 
@@ -176,29 +177,74 @@ def status(output: OutputFormat = OUTPUT_OPTION) -> None:
 @node_app.command("list")
 @api_errors
 def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
-    """Nodes with their capacity and what is allocated on them (-o wide: also the task ports
-    that other processes hold, which are never given to tasks)."""
+    """Nodes: state, allocated/capacity, tasks, agent version and the age of the last heartbeat
+    (-o wide: also the address and the task ports other processes hold, never given to tasks)."""
     nodes = client().nodes()
     if emit(nodes, output):
         return
     wide = output is OutputFormat.WIDE
     table = new_table()
-    columns = ["node", "address", "state", "cpu", "memory (MiB)", "gpu", "age of heartbeat"]
-    for column in [*columns, "ports held by others"] if wide else columns:
+    columns = ["node", "state", "cpu", "mem (MiB)", "gpu", "tasks", "agent", "heartbeat"]
+    for column in [*columns, "address", "ports held by others"] if wide else columns:
         table.add_column(column)
     for n in nodes:
         a = n["allocated"]
-        held = [",".join(map(str, n.get("busyPorts") or [])) or "-"] if wide else []
+        extra = [n["address"], ",".join(map(str, n.get("busyPorts") or [])) or "-"] if wide else []
         table.add_row(
             n["name"],
-            n["address"],
             n["state"],
             f"{a['cpus']:g}/{n['cpus']:g}",
             f"{a['memoryMiB']:g}/{n['memoryMiB']}",
             f"{a['gpus']:g}/{n['gpus']}" + (f" {n['gpuType']}" if n["gpuType"] else ""),
-            f"{max(time.time() - n['lastSeen'], 0):.1f}s",
-            *held,
+            str(n.get("tasks", 0)),
+            n.get("agentVersion") or "-",
+            f"{max(time.time() - n['lastSeen'], 0):.0f}s ago",
+            *extra,
         )
+    console.print(table)
+
+
+def _node_action(name: str, action: str, done: str) -> None:
+    node = client().node_action(name, action)
+    console.print(f"node {node['name']} {done}; it is {node['state']} ({node['tasks']} task(s))")
+
+
+@node_app.command("cordon")
+@api_errors
+def node_cordon(name: str = typer.Argument(..., help="The node.")) -> None:
+    """No new tasks on NODE; the tasks running there go on (admins)."""
+    _node_action(name, "cordon", "cordoned")
+
+
+@node_app.command("drain")
+@api_errors
+def node_drain(name: str = typer.Argument(..., help="The node.")) -> None:
+    """No new tasks on NODE; the running ones finish, then it is DRAINED (admins)."""
+    _node_action(name, "drain", "is draining")
+
+
+@node_app.command("uncordon")
+@api_errors
+def node_uncordon(name: str = typer.Argument(..., help="The node.")) -> None:
+    """Lift a cordon or a drain: NODE takes new tasks again (admins)."""
+    _node_action(name, "uncordon", "uncordoned")
+
+
+@node_app.command("events")
+@api_errors
+def node_events(
+    name: str = typer.Argument(..., help="The node."), output: OutputFormat = OUTPUT_OPTION
+) -> None:
+    """What happened to NODE (joins, NOT_READY and back, cordons, drains), oldest first."""
+    events = client().node_events(name)
+    if emit(events, output):
+        return
+    table = new_table()
+    for column in ("time", "event", "message"):
+        table.add_column(column)
+    for e in events:
+        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(e["at"]))
+        table.add_row(stamp, e["kind"], e["message"])
     console.print(table)
 
 

@@ -17,7 +17,7 @@ from shoal import __version__
 from shoal.server.auth import ensure_token_file
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
-from shoal.server.routers import agent, jobs, openpai, system, usage, users, vcs
+from shoal.server.routers import agent, jobs, nodes, openpai, system, usage, users, vcs
 from shoal.server.routers import logs as log_routes
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, sqlite_url
@@ -64,6 +64,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     )
     app.state.context = ctx
     app.include_router(system.router)
+    app.include_router(nodes.router)
     app.include_router(jobs.router)
     app.include_router(log_routes.router)
     app.include_router(agent.router)

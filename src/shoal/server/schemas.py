@@ -237,8 +237,14 @@ class LogLines(BaseModel):
 class NodeOut(BaseModel):
     name: str
     address: str
-    state: str
+    state: str = Field(
+        description="READY, NOT_READY (missed heartbeats), CORDONED, DRAINING or DRAINED "
+        "(draining, no task left)."
+    )
+    hold: str = Field("NONE", description="The administrator's hold: NONE, CORDONED, DRAINING.")
     schedulable: bool
+    tasks: int = Field(0, description="Tasks holding resources on the node.")
+    agentVersion: str | None = Field(None, description="The shoal version its agent reports.")
     cpus: float
     memoryMiB: int
     gpus: int
@@ -250,6 +256,13 @@ class NodeOut(BaseModel):
         default_factory=list,
         description="Ports of the node's task-port range held by other processes (not handed out).",
     )
+
+
+class NodeEventOut(BaseModel):
+    at: float
+    kind: str
+    message: str
+    by: str | None = None
 
 
 class ClusterStatus(BaseModel):

@@ -50,8 +50,12 @@ class Node(Base):
     port_high: Mapped[int] = mapped_column(Integer)
     # ports of the range held by processes that are not shoal's tasks, as the agent last saw them
     busy_ports: Mapped[list[Any]] = mapped_column(JSON, default=list, server_default="[]")
+    # shoal.core.nodestates: ``state`` is the liveness (READY | NOT_READY), ``hold`` the
+    # administrator's NONE | CORDONED | DRAINING; ``schedulable`` is true when ``hold`` is NONE
     schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
-    state: Mapped[str] = mapped_column(String(16), default="READY")  # READY | LOST
+    state: Mapped[str] = mapped_column(String(16), default="READY")
+    hold: Mapped[str] = mapped_column(String(16), default="NONE", server_default="NONE")
+    agent_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     last_seen: Mapped[float] = mapped_column(Float)
     registered_at: Mapped[float] = mapped_column(Float)
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -154,6 +158,20 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text)
     role: Mapped[str | None] = mapped_column(String(64), nullable=True)
     index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class NodeEventRow(Base):
+    """What happened to a node and when (state changes, joins), in words."""
+
+    __tablename__ = "node_events"
+    __table_args__ = (Index("ix_node_events_node", "node"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    by: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the user, for admin acts
 
 
 class VirtualClusterRow(Base):

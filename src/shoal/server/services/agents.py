@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from shoal.core.envcontract import JobEnvironment
 from shoal.core.lifecycle import ProcessExit
+from shoal.core.nodestates import NodeEvent
 from shoal.core.plan import TaskPlacement
 from shoal.core.resources import ResourceVector
 from shoal.core.states import State
@@ -24,6 +25,7 @@ from shoal.protocol import (
 from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
 from shoal.server.services.lifecycle import on_exit
+from shoal.server.services.node_life import change_node
 from shoal.server.services.reports import apply_report
 from shoal.server.services.snapshot import spec_of
 from shoal.spec.model import SourceFormat
@@ -136,7 +138,7 @@ def placement_of(task: Task) -> TaskPlacement:
 
 
 def lose_silent_nodes(ctx: ServerContext) -> bool:
-    """Nodes whose agent has been silent too long are lost, with their tasks."""
+    """Nodes whose agent has been silent too long are NOT_READY; their tasks are lost."""
     now = ctx.clock()
     cutoff = now - ctx.settings.node_timeout_s
     changed = False
@@ -150,7 +152,8 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
         for node in session.scalars(
             select(Node).where(Node.state == "READY", Node.last_seen < cutoff)
         ):
-            node.state = "LOST"
+            timeout = ctx.settings.node_timeout_s
+            change_node(session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout)
             changed = True
             for task in session.scalars(
                 select(Task).where(Task.node == node.name, Task.state.in_(ACTIVE_TASK))

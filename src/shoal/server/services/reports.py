@@ -16,12 +16,14 @@ from sqlalchemy import and_, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from shoal.core.lifecycle import ProcessExit
+from shoal.core.nodestates import Liveness, NodeEvent
 from shoal.core.states import State
 from shoal.protocol import AgentNode, ReportRequest, RunningReport
 from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
 from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
+from shoal.server.services.node_life import change_node, note_drained, record_node_event
 from shoal.server.services.port_clash import mark_port_clash
 from shoal.store.models import Job, Node, Task
 
@@ -93,8 +95,11 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
         lost = vanished(named, request)
         loaded = _load_changing(ctx, session, request, named, lost)
         changed = False
+        ended: set[str] = set()  # nodes where a task ended
         for node in request.nodes:
-            changed |= _upsert_node(session, request.agent_id, node, now, _heartbeat_s(ctx) / 2)
+            changed |= _upsert_node(
+                session, request.agent_id, node, now, _heartbeat_s(ctx) / 2, request.agent_version
+            )
         for running in request.running:
             row = named.get(running.attempt_id)
             if row is None or State(row.state).is_terminal:
@@ -117,12 +122,15 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                 if report.busy_port is not None:  # placed again on free ports, if it may
                     mark_port_clash(session, task, report.busy_port, report.finished_at)
                 on_exit(session, task, result, report.finished_at, report.usage)
+                ended.add(task.node)
                 changed = True
             ctx.seen_attempts.discard(report.attempt_id)
             acked.append(report.attempt_id)
         for row in lost:  # the agent once ran them but no longer does (e.g. it restarted)
             on_exit(session, loaded.tasks[row.id], ProcessExit(None, lost=True), now)
+            ended.add(row.node)
             changed = True
+        note_drained(session, ended, now)
         del loaded
     if changed:
         ctx.wake_scheduler()
@@ -180,7 +188,9 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
         }
         for report in request.nodes:
             node = nodes.get(report.name)
-            if node is None or node.state != "READY" or node.last_seen < now - every:
+            if node is None or node.state != Liveness.READY.value or node.last_seen < now - every:
+                return None
+            if node.agent_version != request.agent_version:
                 return None
             if (node.cpu_millis, node.memory_mib, list(node.gpu_indices), node.busy_ports) != (
                 report.cpu_millis,
@@ -223,7 +233,12 @@ def _note_running(
 
 
 def _upsert_node(
-    session: Session, agent_id: str, report: AgentNode, now: float, refresh_s: float
+    session: Session,
+    agent_id: str,
+    report: AgentNode,
+    now: float,
+    refresh_s: float,
+    agent_version: str | None = None,
 ) -> bool:
     """Register or update the node; its heartbeat (``last_seen``, usage) is written only when it
     is older than ``refresh_s``, not on every report."""
@@ -246,17 +261,22 @@ def _upsert_node(
                 last_seen=now,
                 registered_at=now,
                 usage=dict(report.usage),
+                agent_version=agent_version,
             )
         )
+        record_node_event(session, report.name, now, "registered", "joined: its agent reports")
         return True
-    came_back = node.state != "READY"
+    came_back = node.state != Liveness.READY.value
+    if came_back:
+        change_node(session, node, NodeEvent.CAME_BACK, now)
+    if node.agent_version != agent_version:
+        node.agent_version = agent_version
     node.agent_id, node.address = agent_id, report.address
     node.cpu_millis, node.memory_mib = report.cpu_millis, report.memory_mib
     node.gpu_indices, node.gpu_type = list(report.gpu_indices), report.gpu_type
     node.port_low, node.port_high = report.port_low, report.port_high
     if list(node.busy_ports or ()) != report.busy_ports:
         node.busy_ports = list(report.busy_ports)
-    node.state = "READY"
     if came_back or node.last_seen < now - refresh_s:
         node.last_seen, node.usage = now, dict(report.usage)
     return came_back
