@@ -52,6 +52,7 @@ def main() -> int:
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
     print(f"rank {rank}/{world}: final loss {epoch_loss:.4f} (from {first_loss:.4f}), "
           f"weights sha256 {digest}, replicas agree: {agree}", flush=True)
+    dist.barrier()  # both ranks reach the teardown together: gloo aborts if its peer is gone
     dist.destroy_process_group()
     return 0 if agree and epoch_loss < first_loss * 0.5 else 1
 
