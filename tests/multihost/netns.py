@@ -165,11 +165,20 @@ class NetnsLab:
         return ["nsenter", f"--net={host.netns_path}", *args]
 
     def run(
-        self, host: Host, args: Sequence[str], timeout_s: float = 60.0
+        self,
+        host: Host,
+        args: Sequence[str],
+        timeout_s: float = 60.0,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run a command to completion inside ``host``'s namespace (its exit code not checked)."""
         return subprocess.run(
-            self.command(host, args), check=False, capture_output=True, text=True, timeout=timeout_s
+            self.command(host, args),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
         )
 
     def spawn(
