@@ -230,6 +230,16 @@ def _check_prerequisite(index: int, item: RawPrerequisite, problems: ProblemColl
         return
     if item.plugin is not None:
         problems.warn(f"{path}.plugin", f"runtime plugin {item.plugin!r} is not run by shoal")
+    elif item.type == "data":
+        uris = [item.uri] if isinstance(item.uri, str) else list(item.uri or [])
+        foreign = [uri for uri in uris if not _is_shoal_data(uri)]
+        if foreign:
+            problems.warn(
+                f"{path}.uri",
+                f"data uri {foreign[0]!r} is not fetched by shoal; it is only available to "
+                "<% $data %> templates",
+                "push the data with `shoal data push` and name it as shoal://NAME",
+            )
     else:
         problems.warn(
             path,
@@ -289,7 +299,7 @@ def _role(
             if found is not None:
                 context[kind] = found.model_dump(exclude_none=True)
                 if kind == "data":
-                    data_sets = _shoal_data(context[kind], f"{base}.data", problems)
+                    data_sets = _shoal_data(context[kind])
     all_names = {n for group in prereqs.values() for n in group}
     for index, ref in enumerate(raw.prerequisites or []):
         if ref not in all_names:
@@ -321,7 +331,13 @@ def _role(
     )
 
 
-def _shoal_data(item: dict[str, Any], path: str, problems: ProblemCollector) -> tuple[str, ...]:
+def _is_shoal_data(uri: str) -> bool:
+    return uri.startswith(SHOAL_DATA_SCHEME) and bool(
+        DATA_REF_RE.match(uri.removeprefix(SHOAL_DATA_SCHEME))
+    )
+
+
+def _shoal_data(item: dict[str, Any]) -> tuple[str, ...]:
     """The shoal data sets a data prerequisite names (``uri: shoal://[OWNER/]NAME``); its uris
     are rewritten in place to where the task finds them (``$SHOAL_DATA_DIR/[OWNER/]NAME``)."""
     uris = item.get("uri")
@@ -329,17 +345,12 @@ def _shoal_data(item: dict[str, Any], path: str, problems: ProblemCollector) -> 
     refs: list[str] = []
     rewritten: list[str] = []
     for uri in listed:
-        ref = uri.removeprefix(SHOAL_DATA_SCHEME) if uri.startswith(SHOAL_DATA_SCHEME) else None
-        if ref is not None and DATA_REF_RE.match(ref):
+        if _is_shoal_data(uri):
+            ref = uri.removeprefix(SHOAL_DATA_SCHEME)
             refs.append(ref)
             rewritten.append(f"$SHOAL_DATA_DIR/{ref}")
         else:
-            rewritten.append(uri)
-            problems.warn(
-                path,
-                f"data uri {uri!r} is not fetched by shoal",
-                "push it with `shoal data push` and name it as shoal://NAME",
-            )
+            rewritten.append(uri)  # warned with its prerequisite: not fetched
     item["uri"] = rewritten if not isinstance(uris, str) else rewritten[0]
     return tuple(dict.fromkeys(refs))
 
