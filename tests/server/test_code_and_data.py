@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
+import stat
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from shoal import archives
 from shoal.server.app import create_app, prepare
 from shoal.server.settings import ServerSettings
 from tests.server.test_api import agent_headers, register_node
@@ -259,3 +262,40 @@ def test_agents_download_only_what_an_unfinished_attempt_reads(
         ).status_code
         == 403
     )
+
+
+def test_uploads_a_crash_left_unfinished_are_removed_at_start(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    prepare(ServerSettings(home=home))
+    leftover = home / "blobs" / "tmp" / "upload-abc"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half a data set")
+    prepare(ServerSettings(home=home))
+    assert not leftover.exists()
+
+
+def test_archives_are_deterministic_and_unpack_without_setid_bits(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "bin").mkdir(parents=True)
+    tool = tree / "bin" / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o6755)
+    first = archives.build(tree, tmp_path / "a.tar.gz", compress=True)
+    os.utime(tool, (1, 1))  # a touched file: the same content, the same archive
+    second = archives.build(tree, tmp_path / "b.tar.gz", compress=True)
+    assert first.sha256 == second.sha256
+    with tarfile.open(first.path) as built:
+        assert built.getmember("bin/tool").mode == 0o755
+    raw = tmp_path / "setid.tar.gz"
+    with tarfile.open(raw, "w:gz") as archive:
+        info = member("run.sh")
+        info.mode = 0o6755
+        info.size = 2
+        archive.addfile(info, io.BytesIO(b"#!"))
+    archives.extract(raw, tmp_path / "out")
+    assert stat.S_IMODE((tmp_path / "out" / "run.sh").stat().st_mode) & 0o6000 == 0
+    outside = tmp_path / "evil.tar.gz"
+    outside.write_bytes(tar_gz(member("../evil")))
+    with pytest.raises(archives.ArchiveError):
+        archives.extract(outside, tmp_path / "out2")
+    assert not (tmp_path / "evil").exists()

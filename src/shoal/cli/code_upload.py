@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from shoal.archives import IGNORE_FILE, ArchiveError, BuiltArchive, build, human
 from shoal.cli.common import fail
 from shoal.cli.render import err_console
 from shoal.client import ShoalClient
+
+if TYPE_CHECKING:  # tarfile and pathspec load only when a code directory is archived
+    from shoal.archives import BuiltArchive
 
 MAX_ARCHIVE = 100 * 1024 * 1024  # the compressed archive; the server's default limit too
 
 
 def build_code_archive(directory: Path, out: Path, limit: int = MAX_ARCHIVE) -> BuiltArchive:
     """The code directory as a .tar.gz at ``out``; a clear error if it is over ``limit``."""
+    from shoal.archives import IGNORE_FILE, ArchiveError, build, human
+
     if not directory.is_dir():
         raise fail(f"code directory {directory} does not exist")
     try:
@@ -36,6 +41,8 @@ def build_code_archive(directory: Path, out: Path, limit: int = MAX_ARCHIVE) -> 
 
 def upload_code(api: ShoalClient, directory: Path, quiet: bool = False) -> str:
     """Make sure the server has the code of ``directory``; returns its sha256."""
+    from shoal.archives import human
+
     with tempfile.TemporaryDirectory(prefix="shoal-code-") as scratch:
         built = build_code_archive(directory, Path(scratch) / "code.tar.gz")
         if api.has_code(built.sha256):
