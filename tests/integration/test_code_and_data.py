@@ -127,6 +127,16 @@ def test_data_sets_round_trip_through_the_cli(cluster: LocalCluster, tmp_path: P
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no leftovers
     clash = shoal(cluster.home, "data", "pull", "weights", str(out / "w.bin"))
     assert clash.returncode == 1 and "--force" in clash.stderr
+    cluster.client.create_user("bob", False, ["vision"], None)
+    shared = shoal(cluster.home, "data", "share", "corpus", "--user", "bob", "--group", "vision")
+    assert shared.returncode == 0, shared.stderr
+    assert "shared with users: bob; groups: vision" in shared.stdout
+    table = shoal(cluster.home, "data", "list").stdout
+    assert "admin/corpus" in table and "user bob, group vision" in table
+    unshared = shoal(cluster.home, "data", "unshare", "corpus", "--user", "bob", "-g", "vision")
+    assert unshared.returncode == 0 and "shared with nobody" in unshared.stdout
+    nobody = shoal(cluster.home, "data", "share", "corpus", "--user", "nobody")
+    assert nobody.returncode == 1 and "no user 'nobody'" in nobody.stderr
     assert shoal(cluster.home, "data", "rm", "weights").returncode == 0
     gone = shoal(cluster.home, "data", "pull", "weights", str(out / "w2.bin"))
     assert gone.returncode == 1 and "no data set admin/weights" in gone.stderr
