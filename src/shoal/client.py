@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     import httpx
@@ -31,6 +31,7 @@ def _http_client(url: str, headers: dict[str, str], timeout: float) -> httpx.Cli
 
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+_OCTETS = {"Content-Type": "application/octet-stream"}
 
 
 class ShoalError(Exception):
@@ -113,25 +114,42 @@ class ShoalClient:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError:
             raise ServerUnavailable(self.url) from None
-        if response.status_code >= 400:
-            try:
-                body = response.json()
-            except ValueError:
-                body = {"code": "HttpError", "message": response.text[:500]}
-            message = str(body.get("message", body.get("detail", response.reason_phrase)))
-            raise ShoalError(
-                response.status_code,
-                str(body.get("code", "HttpError")),
-                _refused(
-                    response.status_code, message, self.url, self.token_source, self._sends_token
-                ),
-                body.get("problems"),
-            )
+        self._raise_for(response)
         if response.status_code == 204 or not response.content:
             return None
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
+
+    def _raise_for(self, response: httpx.Response) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"code": "HttpError", "message": response.text[:500]}
+        message = str(body.get("message", body.get("detail", response.reason_phrase)))
+        raise ShoalError(
+            response.status_code,
+            str(body.get("code", "HttpError")),
+            _refused(response.status_code, message, self.url, self.token_source, self._sends_token),
+            body.get("problems"),
+        )
+
+    def _download(self, path: str, sink: BinaryIO) -> dict[str, str]:
+        """Stream the body at ``path`` into ``sink``; returns the response's headers."""
+        import httpx
+
+        try:
+            with self._http.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._raise_for(response)
+                for chunk in response.iter_bytes(1 << 20):
+                    sink.write(chunk)
+                return dict(response.headers)
+        except httpx.TransportError:
+            raise ServerUnavailable(self.url) from None
 
     # ---- jobs ----
 
@@ -146,10 +164,12 @@ class ShoalClient:
         env: dict[str, str] | None = None,
         environment: dict[str, str] | None = None,
         workdir: str | None = None,
+        code_hash: str | None = None,
     ) -> list[dict[str, Any]]:
         """``env``: variables over the job file's; ``environment``: the variables the tasks
         start from (None: the agent's minimal set); ``workdir``: where tasks of a job without
-        code start."""
+        code start; ``code_hash``: the sha256 of a code archive uploaded with ``upload_code``
+        (``code_archive``: base64 of a small one, sent inline)."""
         body: dict[str, Any] = {
             "spec": spec,
             "format": format,
@@ -164,6 +184,8 @@ class ShoalClient:
             body["environment"] = environment
         if workdir is not None:
             body["workdir"] = workdir
+        if code_hash is not None:
+            body["code_hash"] = code_hash
         result: list[dict[str, Any]] = self._call("POST", "/api/v1/jobs", json=body)
         return result
 
@@ -395,6 +417,62 @@ class ShoalClient:
 
     def revoke_token(self, token_id: int) -> None:
         self._call("DELETE", f"/api/v1/tokens/{token_id}")
+
+    # ---- code and data ----
+
+    def has_code(self, sha256: str) -> bool:
+        try:
+            self._call("GET", f"/api/v1/code/{sha256}")
+        except ShoalError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def upload_code(self, sha256: str, archive: Path) -> dict[str, Any]:
+        """Upload a code archive (.tar.gz) under its sha256, streamed from the file."""
+        with open(archive, "rb") as body:
+            result: dict[str, Any] = self._call(
+                "PUT", f"/api/v1/code/{sha256}", content=body, headers=_OCTETS
+            )
+        return result
+
+    def push_data(
+        self, owner: str, name: str, source: Path, kind: str, sha256: str, replace: bool = False
+    ) -> dict[str, Any]:
+        """Upload a data set (a file, or a directory as a tar: ``kind`` dir), streamed."""
+        params = {"sha256": sha256, "kind": kind, "replace": str(replace).lower()}
+        with open(source, "rb") as body:
+            result: dict[str, Any] = self._call(
+                "PUT", f"/api/v1/data/{owner}/{name}", params=params, content=body, headers=_OCTETS
+            )
+        return result
+
+    def data_sets(self, all_users: bool = False) -> list[dict[str, Any]]:
+        params = {"all": "true"} if all_users else {}
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/data", params=params)
+        return result
+
+    def data_set(self, owner: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/v1/data/{owner}/{name}")
+        return result
+
+    def pull_data(self, owner: str, name: str, sink: BinaryIO) -> dict[str, str]:
+        """Stream the data set's bytes into ``sink``; returns the headers (``x-shoal-sha256``,
+        ``x-shoal-data-kind``)."""
+        return self._download(f"/api/v1/data/{owner}/{name}/content", sink)
+
+    def remove_data(self, owner: str, name: str) -> None:
+        self._call("DELETE", f"/api/v1/data/{owner}/{name}")
+
+    def share_data(
+        self, owner: str, name: str, who: dict[str, list[str]], share: bool = True
+    ) -> dict[str, Any]:
+        action = "share" if share else "unshare"
+        result: dict[str, Any] = self._call(
+            "POST", f"/api/v1/data/{owner}/{name}/{action}", json=who
+        )
+        return result
 
     # ---- cluster ----
 

@@ -127,6 +127,16 @@ class OrdersRequest(BaseModel):
     wait_s: float = Field(0.0, ge=0, le=30)
 
 
+class DataMount(BaseModel):
+    """A data set a task reads: fetched to the node (cached by ``sha256``) before the task starts
+    and found at ``$SHOAL_DATA_DIR/<ref>``."""
+
+    ref: str = Field(description="The data set as the job names it: NAME or OWNER/NAME.")
+    sha256: str
+    kind: Literal["file", "dir"] = Field(description="dir: the blob is a tar of the directory.")
+    size: int
+
+
 class LaunchOrder(BaseModel):
     attempt_id: str
     job_id: str
@@ -137,6 +147,12 @@ class LaunchOrder(BaseModel):
     env: dict[str, str]
     hostfile: str
     has_code: bool
+    code_hash: str | None = Field(
+        None,
+        description="The sha256 of the code archive (fetched by attempt, cached by hash); None "
+        "with has_code: a job stored before code was content-addressed (GET code/{job_id}).",
+    )
+    data: list[DataMount] = Field(default_factory=list, description="Data sets to fetch first.")
     deadline_s: float | None = None
     kill_grace_s: float
     secrets: dict[str, str] = Field(
@@ -158,6 +174,16 @@ class LaunchOrder(BaseModel):
 class OrdersResponse(BaseModel):
     launch: list[LaunchOrder] = Field(default_factory=list)
     kill: list[str] = Field(default_factory=list)
+
+
+def code_path(attempt_id: str) -> str:
+    """Where an agent downloads the code archive of an attempt it was told to launch."""
+    return f"/api/v1/agent/attempts/{attempt_id}/code"
+
+
+def data_path(attempt_id: str, sha256: str) -> str:
+    """Where an agent downloads a data set of an attempt it was told to launch."""
+    return f"/api/v1/agent/attempts/{attempt_id}/data/{sha256}"
 
 
 def fill_in(text: str, values: Mapping[str, str]) -> str:

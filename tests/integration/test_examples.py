@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from shoal.cli.job_remote import code_archive
+from shoal.cli.code_upload import upload_code
 from tests.integration.conftest import LocalCluster
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def submit_example(cluster: LocalCluster, job_file: Path, **kwargs: object) -> str:
-    archive = code_archive(job_file.parent) if "code_dir" in job_file.read_text() else None
-    return cluster.submit(job_file.read_text(), code_archive=archive, **kwargs)
+    has_code = "code_dir" in job_file.read_text()
+    code_hash = upload_code(cluster.client, job_file.parent, quiet=True) if has_code else None
+    return cluster.submit(job_file.read_text(), code_hash=code_hash, **kwargs)
 
 
 def test_hello(cluster: LocalCluster) -> None:

@@ -7,14 +7,19 @@ import sys
 import time
 from pathlib import Path
 
+from shoal.agent.cache import NodeCache
 from shoal.agent.runner import Runner
 from shoal.protocol import LaunchOrder
 
 BURN = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.3:\\n    pass"
 
 
+def _no_downloads(path: str, sink: object) -> None:
+    raise AssertionError(f"nothing to download, yet {path} was asked for")
+
+
 def test_a_short_task_reports_its_cpu_time_and_memory(tmp_path: Path) -> None:
-    runner = Runner(tmp_path, lambda _job: None)
+    runner = Runner(tmp_path, NodeCache(tmp_path / "cache", _no_downloads))
     order = LaunchOrder(
         attempt_id="1.1",
         job_id="1",

@@ -170,3 +170,23 @@ def test_secret_references_stay_in_the_command_and_undeclared_ones_are_errors() 
         load_job_text(base + "'echo {{ secrets.nope }}'")
     (problem,) = caught.value.problems
     assert problem.path == "roles.a.command" and "secrets.nope" in problem.message
+
+
+def test_data_sets_are_declared_for_the_job_and_per_role() -> None:
+    text = (
+        "version: 1\nname: d\ndata: [corpus, bob/vocab, corpus]\nroles:\n"
+        "  a:\n    command: x\n    data: [replays, corpus]\n  b:\n    command: y\n"
+    )
+    job = load_job_text(text).jobs[0]
+    assert job.data == ("corpus", "bob/vocab")
+    assert job.data_for("a") == ("corpus", "bob/vocab", "replays")
+    assert job.data_for("b") == ("corpus", "bob/vocab")
+    assert job.all_data() == ("corpus", "bob/vocab", "replays")
+
+
+@pytest.mark.parametrize("bad", ["../etc", "a/b/c", "/abs", ".hidden", "x y"])
+def test_a_data_set_reference_must_be_a_name_or_owner_slash_name(bad: str) -> None:
+    text = f"version: 1\nname: d\ndata: ['{bad}']\nroles:\n  a:\n    command: x\n"
+    with pytest.raises(SpecError) as refused:
+        load_job_text(text)
+    assert any(p.path.startswith("data") for p in refused.value.problems)

@@ -296,3 +296,33 @@ def test_a_reference_to_an_undeclared_secret_is_an_error_naming_it() -> None:
         load_job_text(text)
     (problem,) = caught.value.problems
     assert problem.path.endswith(".commands") and "secrets.tokn" in problem.message
+
+
+def test_shoal_data_prerequisites_declare_data_sets_for_the_roles_naming_them() -> None:
+    text = (
+        _job(command="python train.py --data <% $data.uri[0] %> --vocab <% $data.uri[1] %>")
+        .replace(
+            "  - {type: dockerimage",
+            "  - {type: data, name: d, uri: ['shoal://corpus', 'shoal://bob/vocab']}\n"
+            "  - {type: dockerimage",
+        )
+        .replace("    dockerImage: img\n", "    dockerImage: img\n    data: d\n")
+    )
+    parsed = load_job_text(text)
+    role = parsed.jobs[0].roles[0]
+    assert role.data == ("corpus", "bob/vocab")
+    assert parsed.jobs[0].data_for("worker") == ("corpus", "bob/vocab")
+    assert "--data $SHOAL_DATA_DIR/corpus --vocab $SHOAL_DATA_DIR/bob/vocab" in role.command
+    assert not any("not fetched" in w.message for w in parsed.warnings)
+    other = load_job_text(
+        _job(command="cat <% $data.uri %>")
+        .replace(
+            "  - {type: dockerimage",
+            "  - {type: data, name: h, uri: 'hdfs://nn/x'}\n  - {type: dockerimage",
+        )
+        .replace("    dockerImage: img\n", "    dockerImage: img\n    data: h\n")
+    )
+    assert other.jobs[0].roles[0].data == ()
+    assert "cat hdfs://nn/x" in other.jobs[0].roles[0].command
+    (warning,) = [w for w in other.warnings if "not fetched" in w.message]
+    assert warning.path == "prerequisites[0].uri" and "shoal://NAME" in (warning.hint or "")

@@ -16,11 +16,13 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from shoal import __version__
+from shoal.agent.cache import NodeCache
 from shoal.agent.resources import NodeSpec
 from shoal.agent.runner import Runner
 from shoal.agent.shipper import LogShipper
@@ -65,7 +67,8 @@ class Agent:
         self.home = home
         self.nodes = nodes
         self.agent_id = agent_id
-        self.runner = Runner(home, self._fetch_code)
+        self._file_client = self._client(60.0)  # code and data downloads (streamed)
+        self.runner = Runner(home, NodeCache(home / "cache", self._download))
         self.shipper = LogShipper(self.runner, self._upload_logs)
         self.report_now = threading.Event()
         self.stopping = threading.Event()
@@ -261,6 +264,20 @@ class Agent:
         response.raise_for_status()
         return LogUploadResponse.model_validate(response.json())
 
-    def _fetch_code(self, job_id: str) -> bytes | None:
-        response = self._report_client.get(f"/api/v1/agent/code/{job_id}")
-        return response.content if response.status_code == 200 else None
+    def _download(self, path: str, sink: Callable[[bytes], None]) -> None:
+        """Stream the body at ``path`` into ``sink`` (a code archive or a data set)."""
+        with self._file_client.stream("GET", path) as response:
+            if response.status_code != 200:
+                response.read()
+                raise RuntimeError(
+                    f"the server answered {response.status_code}: {_message(response)}"
+                )
+            for chunk in response.iter_bytes(1 << 20):
+                sink(chunk)
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("message", response.text[:200]))
+    except ValueError:
+        return response.text[:200]

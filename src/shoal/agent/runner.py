@@ -4,23 +4,21 @@ signalled), in its own working directory, with stdout and stderr captured to fil
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 import psutil
 
+from shoal.agent.cache import DATA_DIR, NodeCache
 from shoal.agent.ports import BusyPorts, PortTaken, probe
 from shoal.protocol import ExitReport, LaunchOrder, RunningReport, fill_in
 
@@ -57,12 +55,11 @@ class Attempt:
 
 
 class Runner:
-    def __init__(self, home: Path, fetch_code: Callable[[str], bytes | None]) -> None:
+    def __init__(self, home: Path, cache: NodeCache) -> None:
         self.home = home
-        self.fetch_code = fetch_code
+        self.cache = cache  # code archives and data sets, by sha256
         self.lock = threading.RLock()
         self.attempts: dict[str, Attempt] = {}
-        self._code_cache: dict[str, bytes | None] = {}
         self.orphan_exits: dict[str, ExitReport] = {}  # kills of attempts never launched here
         self.draining = False  # shutting down: nothing new starts
         self.busy_ports = BusyPorts()
@@ -120,9 +117,10 @@ class Runner:
         attempt.workdir.mkdir(parents=True)
         attempt.log_dir.mkdir(parents=True, exist_ok=True)
         if order.has_code:
-            self._unpack_code(order.job_id, attempt.workdir)
+            self.cache.unpack_code(order, attempt.workdir)
         meta = attempt.workdir / ".shoal"
         meta.mkdir(exist_ok=True)
+        self.cache.data_dir(order, attempt.workdir)  # $SHOAL_DATA_DIR, fetched first
         (meta / "hostfile").write_text(order.hostfile)
         env = self._environment(order, attempt.workdir)
         argv = _shell_argv(order, env)
@@ -157,17 +155,9 @@ class Runner:
         env.update(order.env)
         env["SHOAL_HOSTFILE"] = str(workdir / ".shoal" / "hostfile")
         env["SHOAL_WORKDIR"] = str(workdir)
+        env["SHOAL_DATA_DIR"] = str(workdir / ".shoal" / DATA_DIR)
         env.setdefault("HOME", str(workdir))
         return env
-
-    def _unpack_code(self, job_id: str, target: Path) -> None:
-        if job_id not in self._code_cache:
-            self._code_cache[job_id] = self.fetch_code(job_id)
-        data = self._code_cache[job_id]
-        if data is None:
-            raise RuntimeError(f"the code archive of job {job_id} could not be fetched")
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-            archive.extractall(target, filter="data")
 
     # ---- stopping ----
 

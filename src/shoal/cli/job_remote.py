@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import base64
-import io
 from pathlib import Path
 
 import typer
 
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, fail, print_json
+from shoal.cli.code_upload import upload_code
+from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, print_json
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, job_app, parse_params
 from shoal.cli.render import console, err_console
 from shoal.cli.task_env import (
@@ -20,27 +19,6 @@ from shoal.cli.task_env import (
     uploaded_code_dir,
 )
 from shoal.client import ShoalClient
-
-SKIPPED = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
-MAX_ARCHIVE = 100 * 1024 * 1024
-
-
-def code_archive(directory: Path) -> str:
-    """The directory as a base64 .tar.gz (without VCS and cache folders)."""
-    import tarfile
-
-    if not directory.is_dir():
-        raise fail(f"code directory {directory} does not exist")
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        archive.add(
-            directory,
-            arcname=".",
-            filter=lambda info: None if set(Path(info.name).parts) & SKIPPED else info,
-        )
-    if buffer.tell() > MAX_ARCHIVE:
-        raise fail(f"code directory {directory} is over {MAX_ARCHIVE >> 20} MiB compressed")
-    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def _local_code_dir(file: Path, fmt: FormatChoice, params: dict[str, str]) -> Path | None:
@@ -82,16 +60,16 @@ def submit(
     params = parse_params(param)
     task_env = task_environment(env, env_from_shell, no_inherit_env)
     code_dir = _local_code_dir(file, fmt, params)
-    archive = code_archive(code_dir) if code_dir is not None else None
     api = client()
+    code_hash = upload_code(api, code_dir) if code_dir is not None else None
     submitted = api.submit(
         file.read_text(encoding="utf-8"),
         fmt.value,
         params,
         name,
         vc,
-        archive,
-        **task_env.submit_fields(archive),
+        code_hash=code_hash,
+        **task_env.submit_fields(code_hash),
     )
     if output is OutputFormat.TEXT:
         for job in submitted:

@@ -19,6 +19,7 @@ from shoal.cli import (
     usage_command,
 )
 from shoal.cli.config_commands import config_app, login, whoami
+from shoal.cli.data_commands import data_app
 from shoal.cli.job_commands import job_app
 from shoal.cli.user_commands import token_app, user_app
 from shoal.cli.vc_commands import vc_app
@@ -40,6 +41,7 @@ app.add_typer(vc_app, name="vc")
 app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
 app.add_typer(config_app, name="config")
+app.add_typer(data_app, name="data")
 app.command()(login)
 app.command()(whoami)
 app.command()(cluster_commands.up)

@@ -69,14 +69,14 @@ def run(
     import psutil
 
     from shoal.cli.cluster_commands import _memory
-    from shoal.cli.job_remote import _local_code_dir, code_archive
+    from shoal.cli.code_upload import upload_code
+    from shoal.cli.job_remote import _local_code_dir
     from shoal.local.foreground import RunOptions
 
     first_port = _port_base(port_base, nodes)
     params = parse_params(param)
     task_env = task_environment(env, env_from_shell, no_inherit_env)
     code_dir = _local_code_dir(file, fmt, params)
-    archive = code_archive(code_dir) if code_dir is not None else None
     memory_mib = _memory(memory)
     if cpus is None or memory_mib is None:
         need_cpus, need_memory = _job_needs(file, fmt, params, nodes)
@@ -94,14 +94,15 @@ def run(
     text = file.read_text(encoding="utf-8")
 
     def submit(client: ShoalClient) -> str:
+        code_hash = upload_code(client, code_dir, quiet=True) if code_dir is not None else None
         submitted = client.submit(
             text,
             fmt.value,
             params,
             None,
             None,
-            archive,
-            **task_env.submit_fields(archive),
+            code_hash=code_hash,
+            **task_env.submit_fields(code_hash),
         )
         return str(submitted[0]["id"])
 

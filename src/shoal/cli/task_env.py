@@ -77,13 +77,13 @@ class TaskEnvironment:
     env: dict[str, str]
     inherited: dict[str, str] | None
 
-    def submit_fields(self, archive: str | None) -> dict[str, Any]:
-        """The submission's environment fields; a job with no code archive starts in this
-        directory."""
+    def submit_fields(self, code: str | None) -> dict[str, Any]:
+        """The submission's environment fields; a job with no code (``code``: its archive's
+        sha256) starts in this directory."""
         return {
             "env": self.env,
             "environment": self.inherited,
-            "workdir": str(Path.cwd()) if archive is None else None,
+            "workdir": str(Path.cwd()) if code is None else None,
         }
 
 

@@ -17,8 +17,9 @@ from shoal import __version__
 from shoal.server.auth import ensure_token_file
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
-from shoal.server.routers import agent, jobs, nodes, openpai, system, usage, users, vcs
+from shoal.server.routers import agent, data, jobs, nodes, openpai, system, usage, users, vcs
 from shoal.server.routers import logs as log_routes
+from shoal.server.services.blobs import BlobStore
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, sqlite_url
 
@@ -36,6 +37,7 @@ def prepare(settings: ServerSettings) -> ServerContext:
     ctx = ServerContext(settings=settings, db=db)
     ensure_token_file(db, settings.home / ADMIN_TOKEN_FILE, "user", ctx.clock())
     ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
+    BlobStore(settings.blobs_dir).clear_partial()  # uploads a previous run did not finish
     return ctx
 
 
@@ -72,6 +74,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(users.router)
     app.include_router(openpai.router)
     app.include_router(usage.router)
+    app.include_router(data.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

@@ -25,7 +25,14 @@ class SubmitRequest(BaseModel):
     name: str | None = Field(None, description="Override the job name.")
     virtual_cluster: str | None = None
     code_archive: str | None = Field(
-        None, description="Base64 of a .tar.gz of the job's code directory."
+        None,
+        description="Base64 of a .tar.gz of the job's code directory (small archives; "
+        "`shoal job submit` uploads it with PUT /api/v1/code/{sha256} and sends code_hash).",
+    )
+    code_hash: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The sha256 of the job's code archive, uploaded before (PUT /api/v1/code).",
     )
     env: dict[str, str] = Field(
         default_factory=dict,
@@ -435,3 +442,29 @@ class Me(BaseModel):
     admin: bool
     groups: list[str]
     tokenKind: str
+
+
+class CodeArchiveOut(BaseModel):
+    sha256: str
+    size: int
+
+
+class DataSetOut(BaseModel):
+    owner: str
+    name: str
+    ref: str = Field(description="How other users name it: OWNER/NAME.")
+    kind: Literal["file", "dir"]
+    sha256: str
+    size: int
+    createdAt: float
+    shares: dict[str, list[str]] | None = Field(
+        None, description="users, groups and vcs it is shared with (shown to its owner and admins)."
+    )
+
+
+class ShareIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    users: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+    vcs: list[str] = Field(default_factory=list)

@@ -31,4 +31,10 @@ class ServerSettings:
 
     @property
     def code_dir(self) -> Path:
+        """Code archives of jobs stored before code was content-addressed: {job_id}.tar.gz."""
         return self.home / "code"
+
+    @property
+    def blobs_dir(self) -> Path:
+        """Code archives and data sets by sha256 (``sha256/<hash>``; uploads under way: tmp/)."""
+        return self.home / "blobs"

@@ -7,8 +7,8 @@ role of ``num`` instances; a schedule's ``job_names`` gives one job per name, sh
 - ``grass/*``: ``{image, resources: {cpu, memory, gpu}, num, mount, command: str}``; ``4096m`` is MB
   as docker reads it (MiB). ``allocation`` and ``tags`` are warned: shoal always packs.
 - ``k8s/aks``: as grass, but ``4096M`` is a Kubernetes quantity (decimal MB, rounded up to MiB) and
-  ``command`` is an argv list, joined with ``shlex.join``. ``mount`` is warned everywhere: shoal has
-  no shared data directory yet.
+  ``command`` is an argv list, joined with ``shlex.join``. ``mount`` is warned everywhere: shoal
+  mounts no shared directory; data sets (``shoal data push``) reach tasks under ``$SHOAL_DATA_DIR``.
 
 RL workflow configs (``job``, ``scenario_path``, ``log_path``, ``main``, ``rollout``, ``training``)
 become the processes, and environment variables, of MARO's ``ConfigParser.get_job_spec``
@@ -197,8 +197,9 @@ def _component_role(
     if raw.mount is not None:
         problems.warn(
             f"{path}.mount",
-            "is not acted on yet: shoal has no shared data directory",
-            "ship data with the job's code directory, or fetch it in the command",
+            f"is not mounted: shoal has no shared directory to mount at {raw.mount.target}",
+            "push the data with `shoal data push`, declare it under the role's data: in a "
+            "shoal job file, and read it from $SHOAL_DATA_DIR/NAME",
         )
     reader = ResourceReader(problems)
     k8s = isinstance(raw, RawK8sComponent)

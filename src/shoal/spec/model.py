@@ -83,6 +83,7 @@ class TaskRoleSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     completion: Completion = Field(default_factory=Completion)
     task_retry_count: int = 0
+    data: tuple[str, ...] = ()  # data sets this role's tasks read (besides the job's)
 
 
 class JobSpec(BaseModel):
@@ -97,6 +98,7 @@ class JobSpec(BaseModel):
     job_retry_count: int = 0
     max_runtime_s: int | None = None
     code_dir: str | None = None
+    data: tuple[str, ...] = ()  # data sets every task reads: NAME or OWNER/NAME
     env: dict[str, str] = Field(default_factory=dict)
     parameters: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, repr=False)
@@ -111,6 +113,16 @@ class JobSpec(BaseModel):
             if role.name == name:
                 return role
         raise KeyError(name)
+
+    def data_for(self, role: str) -> tuple[str, ...]:
+        """The data sets the tasks of ``role`` read: the job's, then the role's own."""
+        own = self.role(role).data
+        return (*self.data, *(ref for ref in own if ref not in self.data))
+
+    def all_data(self) -> tuple[str, ...]:
+        """Every data set the job declares, once each, in order."""
+        refs = [*self.data, *(ref for role in self.roles for ref in role.data)]
+        return tuple(dict.fromkeys(refs))
 
     def public_dict(self) -> dict[str, object]:
         """The spec as JSON-ready data with secret values masked."""

@@ -23,6 +23,7 @@ from shoal.spec.model import (
     TaskRoleSpec,
 )
 from shoal.spec.patterns import (
+    DATA_REF_PATTERN,
     ENV_NAME_PATTERN,
     JOB_NAME_PATTERN,
     PORT_LABEL_PATTERN,
@@ -36,6 +37,8 @@ _STRICT = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
 EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
 PortLabel = Annotated[str, Field(pattern=PORT_LABEL_PATTERN)]
 RoleName = Annotated[str, Field(pattern=ROLE_NAME_PATTERN)]
+DataRef = Annotated[str, Field(pattern=DATA_REF_PATTERN)]
+DataRefs = Annotated[list[DataRef], Field(max_length=32)]
 Scalar = str | int | float | bool
 
 
@@ -69,6 +72,7 @@ class RawRole(BaseModel):
     env: dict[EnvName, Scalar] = Field(default_factory=dict)
     completion: RawCompletion = Field(default_factory=RawCompletion)
     retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] = 0
+    data: DataRefs = Field(default_factory=list)
 
 
 class RawNativeJob(BaseModel):
@@ -83,6 +87,7 @@ class RawNativeJob(BaseModel):
     retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] = 0
     max_runtime: int | str | None = None
     code_dir: Annotated[str, Field(min_length=1)] | None = None
+    data: DataRefs = Field(default_factory=list)
     env: dict[EnvName, Scalar] = Field(default_factory=dict)
     params: dict[str, Scalar] = Field(default_factory=dict)
     secrets: dict[str, Scalar] = Field(default_factory=dict)
@@ -127,6 +132,7 @@ def read_native(
         job_retry_count=raw.retries,
         max_runtime_s=max_runtime,
         code_dir=raw.code_dir,
+        data=tuple(dict.fromkeys(raw.data)),
         env={k: _text(v) for k, v in raw.env.items()},
         parameters=parameters,
         secrets=secrets,
@@ -185,6 +191,7 @@ def _role(
             ),
         ),
         task_retry_count=raw.retries,
+        data=tuple(dict.fromkeys(raw.data)),
     )
 
 

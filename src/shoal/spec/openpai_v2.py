@@ -5,7 +5,10 @@ Differences from OpenPAI, on purpose (each is reported as a warning where it app
   ``extras.gangAllocation: false``);
 - ``minFailedInstances: 0`` is read as 1, as OpenPAI did, but said out loud;
 - ``jobPriorityClass: crit`` is accepted (the published spec lists it; the server rejected it);
-- data/output/script prerequisites are exposed to ``<% %>`` templates but not fetched.
+- output/script prerequisites are exposed to ``<% %>`` templates but not fetched; a data
+  prerequisite whose ``uri`` is ``shoal://NAME`` (or ``shoal://OWNER/NAME``) declares that shoal
+  data set for the role, and ``<% $data.uri[0] %>`` renders to ``$SHOAL_DATA_DIR/NAME``, where the
+  agent puts it; other data URIs are left as they are and not fetched (a warning says so).
 """
 
 from __future__ import annotations
@@ -34,10 +37,16 @@ from shoal.spec.model import (
     TaskRoleSpec,
 )
 from shoal.spec.openpai_v2_extras import ExtrasView, read_extras
-from shoal.spec.patterns import PAI_JOB_NAME_PATTERN, PORT_LABEL_PATTERN, ROLE_NAME_PATTERN
+from shoal.spec.patterns import (
+    DATA_REF_RE,
+    PAI_JOB_NAME_PATTERN,
+    PORT_LABEL_PATTERN,
+    ROLE_NAME_PATTERN,
+)
 from shoal.spec.templating import missing_secrets, render
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
+SHOAL_DATA_SCHEME = "shoal://"
 PrereqType = Literal["dockerimage", "script", "output", "data"]
 
 
@@ -221,6 +230,16 @@ def _check_prerequisite(index: int, item: RawPrerequisite, problems: ProblemColl
         return
     if item.plugin is not None:
         problems.warn(f"{path}.plugin", f"runtime plugin {item.plugin!r} is not run by shoal")
+    elif item.type == "data":
+        uris = [item.uri] if isinstance(item.uri, str) else list(item.uri or [])
+        foreign = [uri for uri in uris if not _is_shoal_data(uri)]
+        if foreign:
+            problems.warn(
+                f"{path}.uri",
+                f"data uri {foreign[0]!r} is not fetched by shoal; it is only available to "
+                "<% $data %> templates",
+                "push the data with `shoal data push` and name it as shoal://NAME",
+            )
     else:
         problems.warn(
             path,
@@ -272,12 +291,15 @@ def _role(
     base = f"taskRoles.{name}"
     image = _reference(prereqs, "dockerimage", raw.dockerImage, f"{base}.dockerImage", problems)
     context: dict[str, Any] = {"parameters": parameters}
+    data_sets: tuple[str, ...] = ()
     for kind in ("data", "output", "script"):
         ref = getattr(raw, kind)
         if ref is not None:
             found = _reference(prereqs, kind, ref, f"{base}.{kind}", problems)
             if found is not None:
                 context[kind] = found.model_dump(exclude_none=True)
+                if kind == "data":
+                    data_sets = _shoal_data(context[kind])
     all_names = {n for group in prereqs.values() for n in group}
     for index, ref in enumerate(raw.prerequisites or []):
         if ref not in all_names:
@@ -305,7 +327,32 @@ def _role(
         image=image.uri if image is not None and isinstance(image.uri, str) else None,
         completion=_completion(raw, base, problems),
         task_retry_count=raw.taskRetryCount,
+        data=data_sets,
     )
+
+
+def _is_shoal_data(uri: str) -> bool:
+    return uri.startswith(SHOAL_DATA_SCHEME) and bool(
+        DATA_REF_RE.match(uri.removeprefix(SHOAL_DATA_SCHEME))
+    )
+
+
+def _shoal_data(item: dict[str, Any]) -> tuple[str, ...]:
+    """The shoal data sets a data prerequisite names (``uri: shoal://[OWNER/]NAME``); its uris
+    are rewritten in place to where the task finds them (``$SHOAL_DATA_DIR/[OWNER/]NAME``)."""
+    uris = item.get("uri")
+    listed = [uris] if isinstance(uris, str) else list(uris or [])
+    refs: list[str] = []
+    rewritten: list[str] = []
+    for uri in listed:
+        if _is_shoal_data(uri):
+            ref = uri.removeprefix(SHOAL_DATA_SCHEME)
+            refs.append(ref)
+            rewritten.append(f"$SHOAL_DATA_DIR/{ref}")
+        else:
+            rewritten.append(uri)  # warned with its prerequisite: not fetched
+    item["uri"] = rewritten if not isinstance(uris, str) else rewritten[0]
+    return tuple(dict.fromkeys(refs))
 
 
 def _reference(

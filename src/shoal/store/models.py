@@ -87,6 +87,12 @@ class Job(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     secrets: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     has_code: Mapped[bool] = mapped_column(Boolean, default=False)
+    # the sha256 of the job's code archive (the server's blob store); None for a job without
+    # code or one stored before code was content-addressed (its archive is code/{id}.tar.gz)
+    code_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # the data sets the job declares, pinned at submission: reference as written ->
+    # {owner, name, sha256, kind, size}
+    data_sets: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     # the submitting shell's variables (None: the agent's minimal environment); like secrets,
     # never returned by the API
     inherited_env: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
@@ -194,3 +200,20 @@ class VirtualClusterRow(Base):
     members: Mapped[list[Any]] = mapped_column(JSON, default=list)  # user and group names
     gpu_by_type: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # type -> GPUs
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class DataSetRow(Base):
+    """A data set: a file or a directory (stored as a tar) in the server's blob store under its
+    sha256; named per owner. ``shares``: {"users": [...], "groups": [...], "vcs": [...]}."""
+
+    __tablename__ = "data_sets"
+    __table_args__ = (Index("ix_data_sets_owner_name", "owner", "name", unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(128))
+    sha256: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(8))  # file | dir
+    size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)
+    shares: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -27,7 +27,7 @@ from shoal.protocol import (
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
 from shoal.server.deps import AgentCaller, Context
-from shoal.server.services import agents
+from shoal.server.services import agent_files, agents
 from shoal.server.services.logs import append_chunks
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
@@ -76,7 +76,32 @@ def upload_logs(body: LogUploadRequest, ctx: Context, agent: Agent) -> LogUpload
 
 @router.get("/code/{job_id}", response_class=FileResponse)
 def download_code(job_id: str, ctx: Context, agent: Agent) -> FileResponse:
-    path = ctx.settings.code_dir / f"{job_id}.tar.gz"
-    if not job_id.isdigit() or not path.exists():
-        raise ApiError(404, "NoCodeError", f"job {job_id} has no code archive", headers=OUR_VERSION)
+    """The job's code archive (agents that predate ``attempts/{id}/code``)."""
+    try:
+        path = agent_files.legacy_code(ctx, job_id)
+    except ApiError as exc:
+        exc.headers.update(OUR_VERSION)
+        raise
     return FileResponse(path, media_type="application/gzip", headers=OUR_VERSION)
+
+
+@router.get("/attempts/{attempt_id}/code", response_class=FileResponse)
+def attempt_code(attempt_id: str, ctx: Context, agent: Agent) -> FileResponse:
+    """The code archive of an unfinished attempt (streamed; the agent checks its sha256)."""
+    try:
+        path = agent_files.code_of_attempt(ctx, agent, attempt_id)
+    except ApiError as exc:
+        exc.headers.update(OUR_VERSION)
+        raise
+    return FileResponse(path, media_type="application/gzip", headers=OUR_VERSION)
+
+
+@router.get("/attempts/{attempt_id}/data/{sha256}", response_class=FileResponse)
+def attempt_data(attempt_id: str, sha256: str, ctx: Context, agent: Agent) -> FileResponse:
+    """A data set an unfinished attempt reads (streamed; a directory is a tar)."""
+    try:
+        path = agent_files.data_of_attempt(ctx, agent, attempt_id, sha256)
+    except ApiError as exc:
+        exc.headers.update(OUR_VERSION)
+        raise
+    return FileResponse(path, media_type="application/octet-stream", headers=OUR_VERSION)

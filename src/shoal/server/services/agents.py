@@ -16,6 +16,7 @@ from shoal.core.resources import ResourceVector
 from shoal.core.states import State
 from shoal.planning import env_job
 from shoal.protocol import (
+    DataMount,
     LaunchOrder,
     OrdersRequest,
     OrdersResponse,
@@ -116,6 +117,8 @@ def _launch_order(ctx: ServerContext, job: Job, task: Task, peers: list[Task]) -
         env=env,
         hostfile=environment.hostfile(),
         has_code=job.has_code,
+        code_hash=job.code_hash,
+        data=_data_mounts(job, spec.data_for(task.role)),
         deadline_s=deadline,
         kill_grace_s=ctx.settings.kill_grace_s,
         secrets=secret_values(command, spec.secrets, token) if spec.secrets else {},
@@ -123,6 +126,16 @@ def _launch_order(ctx: ServerContext, job: Job, task: Task, peers: list[Task]) -
         workdir=None if job.has_code else job.submit_dir,
         ports={label: list(ports) for label, ports in task.ports},
     )
+
+
+def _data_mounts(job: Job, refs: tuple[str, ...]) -> list[DataMount]:
+    """The pinned data sets the task reads (resolved at submission)."""
+    pinned = job.data_sets or {}
+    return [
+        DataMount(ref=ref, sha256=e["sha256"], kind=e["kind"], size=e["size"])
+        for ref in refs
+        if (e := pinned.get(ref)) is not None
+    ]
 
 
 def placement_of(task: Task) -> TaskPlacement:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
+from shoal import archives
 from shoal.core.lifecycle import StopCause, stopped_job
 from shoal.core.plan import InfeasibleJob
 from shoal.core.scheduler import schedule
@@ -20,6 +23,8 @@ from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.notify import note_news, noted_news
 from shoal.server.schemas import SubmitRequest
+from shoal.server.services.blobs import Received
+from shoal.server.services.datasets import blob_store, resolve_declared
 from shoal.server.services.events import record
 from shoal.server.services.nodes import load_nodes
 from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
@@ -77,11 +82,22 @@ def _never_fits(ctx: ServerContext, session: Session, spec: JobSpec) -> Infeasib
     return plan.infeasible[0] if plan.infeasible else None
 
 
-def decode_archive(ctx: ServerContext, archive: str | None) -> bytes | None:
-    if archive is None:
+def code_hash_of(ctx: ServerContext, request: SubmitRequest) -> str | None:
+    """The sha256 of the job's code archive: ``code_hash`` (uploaded before), or the inline
+    base64 ``code_archive`` (checked and stored in the blob store like an upload)."""
+    if request.code_hash is not None:
+        if not blob_store(ctx).has(request.code_hash):
+            raise ApiError(
+                400,
+                "NoCodeArchive",
+                f"the server has no code archive {request.code_hash}: upload it first "
+                "(PUT /api/v1/code/{sha256}; `shoal job submit` does)",
+            )
+        return request.code_hash
+    if request.code_archive is None:
         return None
     try:
-        data = base64.b64decode(archive, validate=True)
+        data = base64.b64decode(request.code_archive, validate=True)
     except (binascii.Error, ValueError):
         raise ApiError(400, "InvalidCodeArchive", "code_archive is not valid base64") from None
     if len(data) > ctx.settings.max_upload_bytes:
@@ -90,17 +106,28 @@ def decode_archive(ctx: ServerContext, archive: str | None) -> bytes | None:
             "CodeArchiveTooLarge",
             f"the code archive is {len(data)} bytes; the limit is {ctx.settings.max_upload_bytes}",
         )
-    return data
+    return _keep_inline_archive(ctx, data)
 
 
-def store_archive(ctx: ServerContext, job_id: str, data: bytes) -> Path:
-    path = ctx.settings.code_dir / f"{job_id}.tar.gz"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return path
+def _keep_inline_archive(ctx: ServerContext, data: bytes) -> str:
+    store = blob_store(ctx)
+    store.tmp.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=store.tmp, prefix="inline-")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            archives.check(path, max_unpacked=ctx.settings.max_upload_bytes * 20)
+        except archives.ArchiveError as exc:
+            raise ApiError(400, "UnsafeArchive", f"the code archive is refused: {exc}") from None
+        sha256 = hashlib.sha256(data).hexdigest()
+        store.commit(Received(path, sha256, len(data)))
+    finally:
+        path.unlink(missing_ok=True)
+    return sha256
 
 
 def submit(
@@ -117,7 +144,7 @@ def submit(
     where = workdir_warning(request)
     if where is not None:
         warnings.append(where)
-    archive = decode_archive(ctx, request.code_archive)
+    code_hash = code_hash_of(ctx, request)
     now = ctx.clock()
     ids: list[str] = []
     with ctx.db.write() as session:
@@ -126,13 +153,11 @@ def submit(
             vc = request.virtual_cluster or spec.virtual_cluster or "default"
             _check_membership(session, principal, vc)
             _check_conflicts(ctx, session, principal, spec)
+            pinned = resolve_declared(session, principal, spec.all_data())
             seq = (connection.execute(_MAX_SEQ).scalar() or 0) + 1
             job_id = str(seq)
-            if archive is not None:
-                store_archive(ctx, job_id, archive)
-            connection.execute(
-                _INSERT_JOB, _new_job(job_id, seq, spec, principal, vc, fmt, request, now)
-            )
+            row = _new_job(job_id, seq, spec, principal, vc, fmt, request, now)
+            connection.execute(_INSERT_JOB, {**row, "code_hash": code_hash, "data_sets": pinned})
             record(
                 session,
                 job_id,
@@ -204,7 +229,7 @@ def _new_job(
         "source_text": request.spec,
         "spec": spec.model_dump(mode="json", exclude={"secrets"}),
         "secrets": dict(spec.secrets),
-        "has_code": request.code_archive is not None,
+        "has_code": request.code_archive is not None or request.code_hash is not None,
         "inherited_env": inherited(request),
         "submit_dir": request.workdir,
         "stop_requested": False,

@@ -48,7 +48,7 @@ def inherited(request: SubmitRequest) -> dict[str, str] | None:
 
 def workdir_warning(request: SubmitRequest) -> dict[str, object] | None:
     """Where tasks start when the job brings no code directory."""
-    if request.code_archive is not None:
+    if request.code_archive is not None or request.code_hash is not None:
         return None
     if request.workdir is not None:
         message = (
