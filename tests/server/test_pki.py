@@ -99,7 +99,7 @@ def test_a_node_certificate_is_for_its_node_only_and_for_client_auth(pki: PkiFil
     public = cert.public_key()
     assert isinstance(public, ec.EllipticCurvePublicKey)
     assert public.public_numbers() == key.public_key().public_numbers()  # the node's own key
-    assert certificate_identity(signed.pem) == (signed.serial, "gpu-07")
+    assert certificate_identity(signed.pem) == (signed.serial, "gpu-07", signed.fingerprint)
     again = sign_node_csr(pki, node_csr(new_private_key(), "gpu-07").decode(), "gpu-07")
     assert again.serial != signed.serial
 
