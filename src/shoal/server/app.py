@@ -15,12 +15,25 @@ from fastapi.responses import JSONResponse
 
 from shoal import __version__
 from shoal.server.auth import ensure_token_file
+from shoal.server.ca import PkiFiles
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
-from shoal.server.routers import agent, data, jobs, nodes, openpai, system, usage, users, vcs
+from shoal.server.routers import (
+    agent,
+    data,
+    jobs,
+    join,
+    nodes,
+    openpai,
+    system,
+    usage,
+    users,
+    vcs,
+)
 from shoal.server.routers import logs as log_routes
 from shoal.server.services.blobs import BlobStore
 from shoal.server.settings import ServerSettings
+from shoal.server.tls import https_options
 from shoal.store.db import Database, sqlite_url
 
 ADMIN_TOKEN_FILE = "admin.token"
@@ -36,7 +49,8 @@ def prepare(settings: ServerSettings) -> ServerContext:
     db.migrate()
     ctx = ServerContext(settings=settings, db=db)
     ensure_token_file(db, settings.home / ADMIN_TOKEN_FILE, "user", ctx.clock())
-    ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
+    if not settings.tls:  # on the network, agents join with tokens and use node certificates
+        ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
     BlobStore(settings.blobs_dir).clear_partial()  # uploads a previous run did not finish
     return ctx
 
@@ -75,6 +89,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(openpai.router)
     app.include_router(usage.router)
     app.include_router(data.router)
+    app.include_router(join.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -114,6 +129,8 @@ class ShoalServer(uvicorn.Server):
 
 
 def make_server(ctx: ServerContext, log_level: str = "warning") -> ShoalServer:
+    """Plain HTTP in local mode; HTTPS with optional client certificates on the network."""
+    tls = https_options(PkiFiles.of(ctx.settings.home)) if ctx.settings.tls else {}
     config = uvicorn.Config(
         create_app(ctx),
         host=ctx.settings.host,
@@ -121,5 +138,6 @@ def make_server(ctx: ServerContext, log_level: str = "warning") -> ShoalServer:
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=5,
+        **tls,
     )
     return ShoalServer(config, ctx)

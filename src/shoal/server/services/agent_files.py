@@ -22,7 +22,10 @@ UNFINISHED = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 
 
 def may_act_for_node(agent: Principal, node: str) -> bool:
-    """Whether ``agent`` may fetch for a task placed on ``node`` (every agent token may today)."""
+    """Whether ``agent`` may fetch for a task placed on ``node``: a node certificate only for its
+    own node; the local agent token (and an admin) for any."""
+    if agent.node is not None:
+        return agent.node == node
     return agent.kind == "agent" or agent.is_admin
 
 
