@@ -14,7 +14,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli clean
+.PHONY: setup setup-runtime run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -70,7 +70,7 @@ test-fast: lint
 # side by side (bench/peers installs them), and scheduling quality on the real traces. Each
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
-bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli
+bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster
 
 bench-scheduler: setup
 	$(BIN)/python bench/scheduler.py
@@ -86,6 +86,10 @@ bench-sim: setup
 
 bench-cli: setup
 	$(BIN)/python bench/cli.py
+
+# Needs root: the server and agents run on network-namespace hosts (198.18.0.0/15).
+bench-cluster: setup
+	$(BIN)/python bench/cluster.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
