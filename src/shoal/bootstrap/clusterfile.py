@@ -254,7 +254,7 @@ def _with_lines(found: list[SpecProblem], line_of: dict[str, int]) -> list[SpecP
 
 
 def default_node_name(address: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "-", address).strip("-.") or "node"
+    return re.sub(r"[^A-Za-z0-9_-]", "-", address).strip("-") or "node"
 
 
 def _local_path(text: str, base: Path) -> Path:

@@ -130,9 +130,11 @@ def terminate(pidfile: str, grace: float) -> str:
     if recorded is None:
         return "not running"
     pid, ticks = recorded
-    # The leader still the one we started, or (leader gone) its group still alive: a pid that
-    # leads a live group is not reused by the kernel, so the group is still ours.
-    if start_ticks(pid) != ticks and not group_members(pid):
+    # Ours: the leader is the process we started, or no process has its pid any more but members
+    # of its group live on (the kernel does not reuse a pid that is still some group's id). A
+    # process with that pid and another start time means the pid was reused: not ours.
+    now = start_ticks(pid)
+    if now != ticks and (now is not None or not group_members(pid)):
         os.unlink(pidfile)
         return "not running"
     with contextlib.suppress(ProcessLookupError):
