@@ -21,13 +21,42 @@ if TYPE_CHECKING:
 # pydantic (tests/cli/test_cli_imports.py), and httpx loads with the first client.
 
 
-def _http_client(url: str, headers: dict[str, str], timeout: float) -> httpx.Client:
+def _http_client(
+    url: str, headers: dict[str, str], timeout: float, ca: str | None = None
+) -> httpx.Client:
     import httpx
 
     # A plain http:// server (local mode, on loopback) involves no TLS, so the CA bundle is not
-    # loaded (~50 ms of every CLI call); https:// verifies against the system's CAs.
-    verify = url.startswith("https://")
+    # loaded (~50 ms of every CLI call); https:// verifies against the pinned cluster CA (``ca``)
+    # or else the system's CAs.
+    verify: Any = url.startswith("https://")
+    if verify and ca is not None:
+        import ssl
+
+        try:
+            verify = ssl.create_default_context(cafile=ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ShoalError(
+                0,
+                "BadCaFile",
+                f"the CA file {ca} cannot be loaded ({exc}); give the cluster's "
+                "CA (SERVER_HOME/pki/ca.crt) with `shoal config set-context NAME --ca FILE`",
+            ) from None
     return httpx.Client(base_url=url, headers=headers, timeout=timeout, verify=verify)
+
+
+def _untrusted(exc: BaseException) -> str | None:
+    """The certificate-verification failure behind a transport error, if that is what it is."""
+    import ssl
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return str(seen.verify_message or seen)
+        if "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -42,6 +71,22 @@ class ShoalError(Exception):
         self.code = code
         self.message = message
         self.problems = problems or []
+
+
+class UntrustedServer(ShoalError):
+    """The server's certificate is not signed by a CA this client trusts (or names another
+    host): a different server, or the client was not given the cluster's CA."""
+
+    def __init__(self, url: str, detail: str, ca: str | None) -> None:
+        pinned = f"the CA in {ca}" if ca else "the system's CAs (no cluster CA is pinned)"
+        super().__init__(
+            0,
+            "UntrustedServer",
+            f"the server at {url} presented a certificate that {pinned} does not trust "
+            f"({detail}); pin the cluster's CA (SERVER_HOME/pki/ca.crt on the server): "
+            f"`shoal config set-context NAME --server {url} --ca CA_FILE`, or $SHOAL_CA with "
+            "$SHOAL_URL",
+        )
 
 
 class ServerUnavailable(ShoalError):
@@ -60,6 +105,7 @@ class Endpoint:
     token_source: str | None = None  # "$SHOAL_TOKEN", "context lab (file ...)", a token file
     context: str | None = None  # the context's name ("local": the cluster under $SHOAL_HOME)
     url_source: str = "the caller"  # "$SHOAL_URL", "context lab", "the local cluster under ..."
+    ca: str | None = None  # the cluster CA file an https:// server is verified against
 
 
 def discover(home: Path | None = None, context: str | None = None) -> Endpoint:
@@ -91,17 +137,20 @@ class ShoalClient:
         token: str | None,
         timeout: float = 30.0,
         token_source: str | None = None,
+        ca: str | None = None,
     ) -> None:
+        """``ca``: the cluster's CA file, to verify an https:// server against (pinned)."""
         self.url = url.rstrip("/")
         self.token_source = token_source
+        self.ca = ca
         self._sends_token = bool(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = _http_client(self.url, headers, timeout)
+        self._http = _http_client(self.url, headers, timeout, ca)
 
     @classmethod
     def from_environment(cls, home: Path | None = None, context: str | None = None) -> ShoalClient:
         endpoint = discover(home, context)
-        return cls(endpoint.url, endpoint.token, token_source=endpoint.token_source)
+        return cls(endpoint.url, endpoint.token, token_source=endpoint.token_source, ca=endpoint.ca)
 
     def close(self) -> None:
         self._http.close()
@@ -111,7 +160,10 @@ class ShoalClient:
 
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError:
+        except httpx.TransportError as exc:
+            detail = _untrusted(exc)
+            if detail is not None:
+                raise UntrustedServer(self.url, detail, self.ca) from None
             raise ServerUnavailable(self.url) from None
         if response.status_code >= 400:
             try:
@@ -419,4 +471,26 @@ class ShoalClient:
 
     def node_events(self, name: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", f"/api/v1/nodes/{name}/events")
+        return result
+
+    # ---- joining (a server on the network) ----
+
+    def create_join_token(self, ttl_s: float | None, uses: int | None) -> dict[str, Any]:
+        """A join token (admins): ``token`` is shown only in this answer."""
+        body = {"ttlSeconds": ttl_s, "uses": uses}
+        result: dict[str, Any] = self._call("POST", "/api/v1/join-tokens", json=body)
+        return result
+
+    def join_tokens(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/join-tokens")
+        return result
+
+    def revoke_join_token(self, token_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("DELETE", f"/api/v1/join-tokens/{token_id}")
+        return result
+
+    def remove_node(self, name: str, force: bool = False) -> dict[str, Any]:
+        """Revoke the node's certificate and remove it (admins); 409 if tasks run there."""
+        params = {"force": "true"} if force else {}
+        result: dict[str, Any] = self._call("DELETE", f"/api/v1/nodes/{name}", params=params)
         return result

@@ -11,6 +11,11 @@ Resolution order, first match wins:
    ``token`` written by ``shoal login``, else ``admin.token``), ``$SHOAL_TOKEN`` replacing it;
 5. nothing: :class:`NoServerConfigured`, never a guessed URL.
 
+A context of an https:// server names the cluster's CA file (``ca``, `--ca`): the server is
+verified against it (pinned), not against the system's CAs. ``$SHOAL_CA`` does so for
+``$SHOAL_URL``; the local cluster's home provides ``pki/ca.crt`` when ``shoal server start`` runs
+there.
+
 The context named ``local`` is reserved: it always means step 4, so ``--context local`` and
 ``shoal config use-context local`` pick the local cluster whatever else is configured.
 """
@@ -55,6 +60,7 @@ class Context:
     server: str
     token: str | None = None
     token_file: str | None = None
+    ca: str | None = None  # the cluster's CA file (https:// servers)
 
     def as_yaml(self) -> dict[str, str]:
         data = {"name": self.name, "server": self.server}
@@ -62,6 +68,8 @@ class Context:
             data["token"] = self.token
         if self.token_file is not None:
             data["token-file"] = self.token_file
+        if self.ca is not None:
+            data["ca"] = self.ca
         return data
 
 
@@ -126,12 +134,13 @@ def _contexts(path: Path, data: Any) -> dict[str, Context]:
     for item in data.get("contexts") or []:
         if not isinstance(item, dict) or not item.get("name") or not item.get("server"):
             raise ConfigError("BadConfig", f"{path}: every context needs a name and a server")
-        token, token_file = item.get("token"), item.get("token-file")
+        token, token_file, ca = item.get("token"), item.get("token-file"), item.get("ca")
         found[str(item["name"])] = Context(
             str(item["name"]),
             str(item["server"]),
             None if token is None else str(token),
             None if token_file is None else str(token_file),
+            None if ca is None else str(ca),
         )
     return found
 
@@ -162,11 +171,12 @@ def resolve(
     env_url, env_token = os.environ.get("SHOAL_URL"), os.environ.get("SHOAL_TOKEN")
     if env_url:
         local = local_endpoint(home)
+        env_ca = os.environ.get("SHOAL_CA") or None
         if env_token:
-            return Endpoint(env_url, env_token, "$SHOAL_TOKEN", None, "$SHOAL_URL")
+            return Endpoint(env_url, env_token, "$SHOAL_TOKEN", None, "$SHOAL_URL", env_ca)
         if local is not None and local.url.rstrip("/") == env_url.rstrip("/"):
-            return replace(local, url=env_url, url_source="$SHOAL_URL")
-        return Endpoint(env_url, None, None, None, "$SHOAL_URL")
+            return replace(local, url=env_url, url_source="$SHOAL_URL", ca=env_ca or local.ca)
+        return Endpoint(env_url, None, None, None, "$SHOAL_URL", env_ca)
     config = ClientConfig.load(config_path)
     found: Endpoint | None
     if config.current == LOCAL:
@@ -197,8 +207,14 @@ def from_context(context: Context, config_path: Path | None = None) -> Endpoint:
                 "--token-file FILE`",
             ) from None
         source = f"context {context.name} (token file {token_path})"
+    ca = None if context.ca is None else str(Path(context.ca).expanduser())
     return Endpoint(
-        context.server, token, source if token else None, context.name, f"context {context.name}"
+        context.server,
+        token,
+        source if token else None,
+        context.name,
+        f"context {context.name}",
+        ca,
     )
 
 
@@ -208,13 +224,16 @@ def local_endpoint(home: Path | None = None) -> Endpoint | None:
     url = _recorded_url(home)
     if url is None:
         return None
+    ca_file = home / "pki" / "ca.crt"  # a server on the network started in this home
+    ca = str(ca_file) if url.startswith("https://") and ca_file.exists() else None
+    where = f"the local cluster under {home}"
     for name, what in (("token", "`shoal login`"), ("admin.token", "`shoal up`")):
         path = home / name
         if path.exists():
             token = path.read_text(encoding="utf-8").strip()
             source = f"the token file {what} wrote ({path})"
-            return Endpoint(url, token, source, LOCAL, f"the local cluster under {home}")
-    return Endpoint(url, None, None, LOCAL, f"the local cluster under {home}")
+            return Endpoint(url, token, source, LOCAL, where, ca)
+    return Endpoint(url, None, None, LOCAL, where, ca)
 
 
 def _recorded_url(home: Path) -> str | None:

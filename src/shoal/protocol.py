@@ -60,6 +60,39 @@ class ProtocolMismatch(Exception):
     """The other side speaks another protocol version: retrying cannot help."""
 
 
+# A server on the network refuses a node credential for good with 403 and one of these codes:
+# the node was removed (its certificate revoked), or the certificate is not one it signed for a
+# node. The agent treats them as it treats a mismatch: it stops calling and exits.
+NODE_REMOVED_CODE = "NodeRemovedError"
+UNKNOWN_NODE_CERT_CODE = "UnknownNodeCertificateError"
+REFUSED_FOR_GOOD = (NODE_REMOVED_CODE, UNKNOWN_NODE_CERT_CODE)
+
+
+class CredentialRefused(ProtocolMismatch):
+    """The server refuses this agent's credential for good (its node was removed): retrying
+    cannot help either, so it is handled like a mismatch."""
+
+
+# ---- joining a server on the network (``shoal agent join``) ----
+
+
+class JoinRequest(BaseModel):
+    """Sent over TLS verified against the CA the token pins; the key stays on the node."""
+
+    token_id: str
+    secret: str
+    node: str
+    csr: str = Field(description="PEM certificate signing request; CN = the node's name.")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class JoinResponse(BaseModel):
+    node: str
+    certificate: str = Field(description="The node's client certificate, PEM, signed by the CA.")
+    ca: str = Field(description="The cluster's CA certificate, PEM.")
+    expires_at: float
+
+
 # ---- the agent's report (also its registration: the first report is its join) ----
 
 
@@ -76,6 +109,9 @@ class AgentNode(BaseModel):
     busy_ports: list[int] = Field(
         default_factory=list,
         description="Ports of the range held by processes that are not this agent's tasks.",
+    )
+    labels: dict[str, str] | None = Field(
+        None, description="The node's labels (given at join); None: keep those stored."
     )
 
 

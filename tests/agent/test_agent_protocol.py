@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.agent.identity import Connection
 from shoal.agent.main import Agent
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, mismatch_message
 from tests.integration.conftest import port_base
@@ -80,7 +81,7 @@ def agent_home(tmp_path: Path) -> Path:
 
 def run_agent(server: StandIn, home: Path) -> Agent:
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    agent = Agent(url, "shoal_test", home, [], "test-agent")
+    agent = Agent(Connection.bearer(url, "shoal_test"), home, [], "test-agent")
     agent.start()
     return agent
 

@@ -23,6 +23,9 @@ PUBLIC = {
     ("get", "/api/v1/health"),
     ("get", "/api/v1/version"),
     ("post", "/api/v2/authn/basic/login"),
+    # joining: the CA is public (pinned by the token's hash), a join is authenticated by its token
+    ("get", "/api/v1/join/ca"),
+    ("post", "/api/v1/join"),
 }
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from shoal import __version__
+from shoal.agent.identity import Connection
 from shoal.agent.resources import NodeSpec
 from shoal.agent.runner import Runner
 from shoal.agent.shipper import LogShipper
@@ -28,7 +29,9 @@ from shoal.protocol import (
     MISMATCH_STATUS,
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    REFUSED_FOR_GOOD,
     AgentNode,
+    CredentialRefused,
     ExitReport,
     LogUploadRequest,
     LogUploadResponse,
@@ -58,10 +61,10 @@ UNREPORTED = "unreported-exits.json"
 
 class Agent:
     def __init__(
-        self, server: str, token: str, home: Path, nodes: list[NodeSpec], agent_id: str
+        self, connection: Connection, home: Path, nodes: list[NodeSpec], agent_id: str
     ) -> None:
-        self.server = server
-        self.headers = {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+        self.connection = connection  # bearer token (local mode) or mutual TLS (joined node)
+        self.server = connection.server
         self.home = home
         self.nodes = nodes
         self.agent_id = agent_id
@@ -84,9 +87,7 @@ class Agent:
 
     def _client(self, timeout: float) -> httpx.Client:
         return httpx.Client(
-            base_url=self.server,
-            headers=self.headers,
-            timeout=timeout,
+            **self.connection.httpx_settings(timeout),
             event_hooks={"response": [self._check_protocol]},
         )
 
@@ -100,6 +101,14 @@ class Agent:
             or (theirs is None and response.is_success)
         ):
             raise ProtocolMismatch(mismatch_message(str(PROTOCOL_VERSION), theirs))
+        if response.status_code == 403:  # a removed node: its certificate is refused for good
+            response.read()
+            try:
+                body = response.json()
+            except ValueError:
+                return
+            if isinstance(body, dict) and body.get("code") in REFUSED_FOR_GOOD:
+                raise CredentialRefused(str(body.get("message")))
 
     def _refuse(self, exc: ProtocolMismatch) -> None:
         with self._refusal_lock:
@@ -225,6 +234,7 @@ class Agent:
                 port_low=n.port_low,
                 port_high=n.port_high,
                 busy_ports=busy.busy(n.port_low, n.port_high, own),
+                labels=n.labels,
             )
             for n in self.nodes
         ]

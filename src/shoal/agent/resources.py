@@ -49,6 +49,7 @@ class NodeSpec:
     gpu_type: str | None
     port_low: int
     port_high: int
+    labels: dict[str, str] | None = None  # a joined node's labels (None: not reported)
 
 
 def local_nodes(

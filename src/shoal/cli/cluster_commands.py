@@ -178,18 +178,21 @@ def status(output: OutputFormat = OUTPUT_OPTION) -> None:
 @api_errors
 def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
     """Nodes: state, allocated/capacity, tasks, agent version and the age of the last heartbeat
-    (-o wide: also the address and the task ports other processes hold, never given to tasks)."""
+    (-o wide: also the address, the labels and the task ports other processes hold, never given
+    to tasks)."""
     nodes = client().nodes()
     if emit(nodes, output):
         return
     wide = output is OutputFormat.WIDE
     table = new_table()
     columns = ["node", "state", "cpu", "mem (MiB)", "gpu", "tasks", "agent", "heartbeat"]
-    for column in [*columns, "address", "ports held by others"] if wide else columns:
+    for column in [*columns, "address", "labels", "ports held by others"] if wide else columns:
         table.add_column(column)
     for n in nodes:
         a = n["allocated"]
-        extra = [n["address"], ",".join(map(str, n.get("busyPorts") or [])) or "-"] if wide else []
+        labels = ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items())) or "-"
+        busy = ",".join(map(str, n.get("busyPorts") or [])) or "-"
+        extra = [n["address"], labels, busy] if wide else []
         table.add_row(
             n["name"],
             n["state"],
@@ -288,6 +291,7 @@ def agent(
     grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
 ) -> None:
     """Run an agent in the foreground (what `shoal up` starts)."""
+    from shoal.agent.identity import Connection
     from shoal.agent.main import Agent
     from shoal.agent.resources import hostname, local_nodes
 
@@ -295,7 +299,8 @@ def agent(
         raise fail(f"token file {token_file} does not exist")
     specs = local_nodes(nodes, cpus, _memory(memory), gpus, gpu_type, address, port_base=port_base)
     home.mkdir(parents=True, exist_ok=True)
-    running = Agent(server_url, token_file.read_text().strip(), home, specs, f"{hostname()}:{home}")
+    connection = Connection.bearer(server_url, token_file.read_text().strip())
+    running = Agent(connection, home, specs, f"{hostname()}:{home}")
     signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
     signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
     running.start()

@@ -83,6 +83,9 @@ def set_context(
     token_file: Path | None = typer.Option(
         None, "--token-file", help="A file holding the token (read at each call)."
     ),
+    ca: Path | None = typer.Option(
+        None, "--ca", help="The cluster's CA file (SERVER_HOME/pki/ca.crt) for an https:// server."
+    ),
     use: bool = typer.Option(False, "--use", help="Also make it the current context."),
 ) -> None:
     """Create or change a context; only the options given change."""
@@ -93,6 +96,8 @@ def set_context(
         raise fail(f"--server {server!r}: write a URL such as http://host:8476")
     if token_file is not None and not token_file.expanduser().is_file():
         raise fail(f"--token-file {token_file}: no such file")
+    if ca is not None and not ca.expanduser().is_file():
+        raise fail(f"--ca {ca}: no such file (the CA is SERVER_HOME/pki/ca.crt on the server)")
     config = ClientConfig.load()
     old = config.contexts.get(name)
     if old is None and server is None:
@@ -104,6 +109,7 @@ def set_context(
         str(token_file.expanduser().resolve())
         if token_file is not None
         else (old.token_file if old and token is None else None),
+        str(ca.expanduser().resolve()) if ca is not None else (old.ca if old else None),
     )
     config.contexts[name] = new
     if use:
@@ -112,6 +118,7 @@ def set_context(
     verb = "created" if old is None else "updated"
     console.print(
         f"context {name} {verb}: {new.server}, token {_token_text(new)}"
+        + (f", CA {new.ca}" if new.ca else "")
         + ("; it is now the current context" if use else ""),
         markup=False,
     )
@@ -234,14 +241,14 @@ def login(
     if endpoint.context != LOCAL:
         _login_context(endpoint.context, None, token)
         return
-    who = _check_token(endpoint.url, token)
+    who = _check_token(endpoint.url, token, endpoint.ca)
     path = default_home() / "token"
     write_secret_file(path, token)
     console.print(f"logged in to {endpoint.url} as {who}; token stored in {path}", markup=False)
 
 
-def _check_token(url: str, token: str) -> str:
-    who = ShoalClient(url, token, token_source="--token").me()
+def _check_token(url: str, token: str, ca: str | None = None) -> str:
+    who = ShoalClient(url, token, token_source="--token", ca=ca).me()
     if who["tokenKind"] == "agent":
         raise fail("that is an agent token; log in with a user token")
     return str(who["name"])
@@ -254,8 +261,9 @@ def _login_context(name: str, server: str | None, token: str) -> None:
     url = server or (old.server if old else None)
     if url is None:
         raise fail(f"context {name} is new: give its --server URL")
-    who = _check_token(url, token)
-    config.contexts[name] = Context(name, url, token, None)
+    ca = old.ca if old else None
+    who = _check_token(url, token, ca)
+    config.contexts[name] = Context(name, url, token, None, ca)
     config.current = name
     config.save()
     console.print(

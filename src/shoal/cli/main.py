@@ -10,12 +10,15 @@ import typer
 
 from shoal import __version__, clientconfig
 from shoal.cli import (
+    agent_commands,
     cluster_commands,
     cluster_ssh_commands,
     job_remote,
     job_views,
     log_commands,
+    node_join_commands,
     run_command,
+    server_commands,
     sim_command,
     usage_command,
 )
@@ -37,6 +40,8 @@ app = typer.Typer(
 )
 app.add_typer(job_app, name="job")
 app.add_typer(cluster_commands.node_app, name="node")
+cluster_commands.node_app.add_typer(node_join_commands.token_app, name="token")
+cluster_commands.node_app.command("remove")(node_join_commands.remove)
 app.add_typer(vc_app, name="vc")
 app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
@@ -50,8 +55,8 @@ app.command()(cluster_commands.status)
 app.command()(run_command.run)
 app.command()(sim_command.sim)
 app.command()(usage_command.usage)
-app.command(hidden=True)(cluster_commands.server)
-app.command(hidden=True)(cluster_commands.agent)
+app.add_typer(server_commands.server_app, name="server")
+app.add_typer(agent_commands.agent_app, name="agent")
 assert job_remote  # registers `job submit|stop`
 assert job_views  # registers `job list|status|describe|why|events`
 assert log_commands  # registers `job logs`

@@ -20,6 +20,7 @@ from typing import TextIO
 
 import httpx
 
+from shoal.agent.identity import Connection
 from shoal.agent.main import Agent
 from shoal.agent.resources import local_nodes
 from shoal.client import TERMINAL, ShoalClient, ShoalError
@@ -96,7 +97,9 @@ class EmbeddedCluster:
             port_base=options.port_base,
         )
         token = (self.home / "agent.token").read_text().strip()
-        self.agent = Agent(settings.url, token, self.home / "agent", nodes, "shoal-run")
+        self.agent = Agent(
+            Connection.bearer(settings.url, token), self.home / "agent", nodes, "shoal-run"
+        )
         self.agent.start()
         while not self.client.nodes():
             self.check()

@@ -15,11 +15,13 @@ from fastapi.responses import JSONResponse
 
 from shoal import __version__
 from shoal.server.auth import ensure_token_file
+from shoal.server.ca import PkiFiles
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
-from shoal.server.routers import agent, jobs, nodes, openpai, system, usage, users, vcs
+from shoal.server.routers import agent, jobs, join, nodes, openpai, system, usage, users, vcs
 from shoal.server.routers import logs as log_routes
 from shoal.server.settings import ServerSettings
+from shoal.server.tls import https_options
 from shoal.store.db import Database, sqlite_url
 
 ADMIN_TOKEN_FILE = "admin.token"
@@ -35,7 +37,8 @@ def prepare(settings: ServerSettings) -> ServerContext:
     db.migrate()
     ctx = ServerContext(settings=settings, db=db)
     ensure_token_file(db, settings.home / ADMIN_TOKEN_FILE, "user", ctx.clock())
-    ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
+    if not settings.tls:  # on the network, agents join with tokens and use node certificates
+        ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
     return ctx
 
 
@@ -72,6 +75,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(users.router)
     app.include_router(openpai.router)
     app.include_router(usage.router)
+    app.include_router(join.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -111,6 +115,8 @@ class ShoalServer(uvicorn.Server):
 
 
 def make_server(ctx: ServerContext, log_level: str = "warning") -> ShoalServer:
+    """Plain HTTP in local mode; HTTPS with optional client certificates on the network."""
+    tls = https_options(PkiFiles.of(ctx.settings.home)) if ctx.settings.tls else {}
     config = uvicorn.Config(
         create_app(ctx),
         host=ctx.settings.host,
@@ -118,5 +124,6 @@ def make_server(ctx: ServerContext, log_level: str = "warning") -> ShoalServer:
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=5,
+        **tls,
     )
     return ShoalServer(config, ctx)

@@ -17,7 +17,7 @@ from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from shoal.store.db import Database
-from shoal.store.models import Token, User
+from shoal.store.models import NodeCertRow, Token, User
 
 ADMIN_USER = "admin"
 
@@ -26,8 +26,9 @@ ADMIN_USER = "admin"
 class Principal:
     user: str
     is_admin: bool
-    kind: str  # user | application | agent
+    kind: str  # user | application | agent | node (a node certificate)
     groups: tuple[str, ...] = ()
+    node: str | None = None  # the node a node certificate names
 
 
 def hash_token(token: str) -> str:
@@ -80,12 +81,15 @@ class _Known:
     principal: Principal | None  # None: revoked or unknown (looked up, never kept)
     expires_at: float | None
     cached_at: float
+    refusal: tuple[str, str] | None = None  # (code, message) of a refused node certificate
 
 
 class TokenCache:
-    """Tokens already looked up, so a request costs no query for its token.
+    """Tokens (and node certificates, ``node_auth``) already looked up, so a request costs no
+    query for its credential.
 
-    Any flush or commit that touches a token or a user (revocation, deletion, new groups) empties
+    Any flush or commit that touches a token, a user or a node certificate (revocation, deletion,
+    new groups, a node removed) empties
     the cache; a lookup that raced with such a write is not stored. Entries also age out after
     ``TTL_S``, for the rare change made outside this process."""
 
@@ -100,7 +104,7 @@ class TokenCache:
 
     def _after_flush(self, session: Session, _context: Any) -> None:
         touched = chain(session.new, session.dirty, session.deleted)
-        if any(isinstance(row, (Token, User)) for row in touched):
+        if any(isinstance(row, (Token, User, NodeCertRow)) for row in touched):
             session.info["auth_changed"] = True
             self.clear()
 

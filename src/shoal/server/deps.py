@@ -1,4 +1,9 @@
-"""Request dependencies: the server context and the authenticated caller."""
+"""Request dependencies: the server context and the authenticated caller.
+
+Users and applications send Bearer tokens. On a server on the network, agents send no token: the
+TLS layer verified their client certificate against the cluster's CA (``server.tls``) and
+``node_auth`` maps it to its node. A node certificate is refused on user endpoints, and a Bearer
+token on the agent API of such a server (it would name no node)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from shoal.server.auth import Principal, authenticate
 from shoal.server.context import ApiError, ServerContext
+from shoal.server.node_auth import FORBIDDEN_NODE, authenticate_node
+from shoal.server.tls import peer_certificate
 
 bearer = HTTPBearer(auto_error=False, description="An API token (`shoal up` writes one).")
 
@@ -22,24 +29,46 @@ Context = Annotated[ServerContext, Depends(get_context)]
 
 
 def get_principal(
+    request: Request,
     ctx: Context,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
+    certificate = peer_certificate(request.scope)
+    if certificate is not None:  # verified against the CA by the TLS handshake
+        return authenticate_node(ctx.db, certificate)
     if credentials is None or not credentials.credentials:
-        raise ApiError(401, "UnauthorizedUserError", "a Bearer token is required")
+        raise ApiError(
+            401, "UnauthorizedUserError", "a Bearer token (or a node certificate) is required"
+        )
     principal = authenticate(ctx.db, credentials.credentials, ctx.clock())
     if principal is None:
         raise ApiError(401, "UnauthorizedUserError", "the token is unknown, revoked or expired")
     return principal
 
 
-def get_agent(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+def get_agent(ctx: Context, principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    if principal.kind == "node":
+        return principal
+    if ctx.settings.tls:
+        raise ApiError(
+            403,
+            "ForbiddenUserError",
+            "the agent API of a server on the network takes node certificates only: join the "
+            "node with `shoal agent join` and run `shoal agent run`",
+        )
     if principal.kind != "agent" and not principal.is_admin:
         raise ApiError(403, "ForbiddenUserError", "only agents may call the agent API")
     return principal
 
 
 def get_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    if principal.kind == "node":
+        raise ApiError(
+            403,
+            FORBIDDEN_NODE,
+            f"the certificate of node {principal.node} may only call the agent API "
+            "(/api/v1/agent); users call with a Bearer token",
+        )
     if principal.kind == "agent":
         raise ApiError(403, "ForbiddenUserError", "agent tokens may only call the agent API")
     return principal

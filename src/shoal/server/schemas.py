@@ -256,6 +256,7 @@ class NodeOut(BaseModel):
         default_factory=list,
         description="Ports of the node's task-port range held by other processes (not handed out).",
     )
+    labels: dict[str, str] = Field(default_factory=dict, description="Given at join.")
 
 
 class NodeEventOut(BaseModel):

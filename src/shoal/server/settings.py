@@ -20,10 +20,13 @@ class ServerSettings:
     node_timeout_s: float = 30.0  # an agent silent this long loses its nodes
     kill_grace_s: float = 10.0  # SIGTERM, then SIGKILL after this long
     max_upload_bytes: int = 100 * 1024 * 1024
+    # A server on the network (`shoal server start`): HTTPS only with HOME/pki, agents join with
+    # tokens and call with their node certificates. False: local mode, plain HTTP on loopback.
+    tls: bool = False
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def logs_dir(self) -> Path:

@@ -59,6 +59,38 @@ class Node(Base):
     last_seen: Mapped[float] = mapped_column(Float)
     registered_at: Mapped[float] = mapped_column(Float)
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+
+
+class JoinTokenRow(Base):
+    """A token agents join with (``shoal node token create``): only its secret's hash is kept."""
+
+    __tablename__ = "join_tokens"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_uses: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: any number
+    uses: Mapped[int] = mapped_column(Integer, default=0)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class NodeCertRow(Base):
+    """A client certificate signed for a node at join; ``revoked_at`` set by ``node remove``."""
+
+    __tablename__ = "node_certs"
+    __table_args__ = (Index("ix_node_certs_node", "node"),)
+
+    serial: Mapped[str] = mapped_column(String(64), primary_key=True)  # hex
+    node: Mapped[str] = mapped_column(String(128))
+    fingerprint: Mapped[str] = mapped_column(String(64))  # SHA-256 of the DER, hex
+    join_token: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    issued_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Job(Base):

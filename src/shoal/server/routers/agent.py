@@ -27,6 +27,7 @@ from shoal.protocol import (
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
 from shoal.server.deps import AgentCaller, Context
+from shoal.server.node_auth import require_job_on_node, require_own
 from shoal.server.services import agents
 from shoal.server.services.logs import append_chunks
 
@@ -59,6 +60,8 @@ Agent = Annotated[Principal, Depends(agent_of_our_protocol)]
 @router.post("/report", response_model=ReportResponse)
 def report(body: ReportRequest, ctx: Context, agent: Agent) -> ReportResponse:
     """Report nodes, started and exited attempts; repeat exits until they are acknowledged."""
+    attempts = [r.attempt_id for r in body.running] + [e.attempt_id for e in body.exited]
+    require_own(ctx, agent, [n.name for n in body.nodes], attempts, "a report")
     return agents.report(ctx, body)
 
 
@@ -66,17 +69,20 @@ def report(body: ReportRequest, ctx: Context, agent: Agent) -> ReportResponse:
 async def orders(body: OrdersRequest, ctx: Context, agent: Agent) -> OrdersResponse:
     """Launch and kill orders for the agent's nodes (long-polls up to ``wait_s``)."""
     # async: the wait parks on the event loop, woken by news about one of the agent's nodes
+    require_own(ctx, agent, body.nodes, (), "orders")
     return await agents.orders(ctx, body)
 
 
 @router.post("/logs", response_model=LogUploadResponse)
 def upload_logs(body: LogUploadRequest, ctx: Context, agent: Agent) -> LogUploadResponse:
+    require_own(ctx, agent, (), [c.attempt_id for c in body.chunks], "log upload")
     return append_chunks(ctx, body)
 
 
 @router.get("/code/{job_id}", response_class=FileResponse)
 def download_code(job_id: str, ctx: Context, agent: Agent) -> FileResponse:
     path = ctx.settings.code_dir / f"{job_id}.tar.gz"
+    require_job_on_node(ctx, agent, job_id)
     if not job_id.isdigit() or not path.exists():
         raise ApiError(404, "NoCodeError", f"job {job_id} has no code archive", headers=OUR_VERSION)
     return FileResponse(path, media_type="application/gzip", headers=OUR_VERSION)

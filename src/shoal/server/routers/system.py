@@ -45,6 +45,7 @@ def _node_out(n: Node, used: list[float]) -> NodeOut:
         lastSeen=n.last_seen,
         usage=dict(n.usage),
         busyPorts=list(n.busy_ports or ()),
+        labels=dict(n.labels or {}),
     )
 
 

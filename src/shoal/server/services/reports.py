@@ -262,6 +262,7 @@ def _upsert_node(
                 registered_at=now,
                 usage=dict(report.usage),
                 agent_version=agent_version,
+                labels=dict(report.labels or {}),
             )
         )
         record_node_event(session, report.name, now, "registered", "joined: its agent reports")
@@ -277,6 +278,8 @@ def _upsert_node(
     node.port_low, node.port_high = report.port_low, report.port_high
     if list(node.busy_ports or ()) != report.busy_ports:
         node.busy_ports = list(report.busy_ports)
+    if report.labels is not None and dict(node.labels or {}) != report.labels:
+        node.labels = dict(report.labels)
     if came_back or node.last_seen < now - refresh_s:
         node.last_seen, node.usage = now, dict(report.usage)
     return came_back

@@ -1,0 +1,177 @@
+"""``shoal agent join`` and ``shoal agent run``: a machine joins a server on the network with a
+join token and runs its agent with its own node certificate (mutual TLS). ``shoal agent`` with
+no subcommand is still the local-mode agent ``shoal up`` starts (a bearer token)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import typer
+
+from shoal.cli.common import fail
+from shoal.cli.render import console, err_console
+from shoal.spec import units
+
+# shoal.agent is imported inside the commands only: `shoal --help` stays fast.
+
+agent_app = typer.Typer(
+    help="This machine as a node of a server on the network: `join` once, then `run`.",
+    invoke_without_command=True,
+)
+DEFAULT_AGENT_HOME = Path("~/.shoal-agent")
+HOME_OPTION = typer.Option(
+    DEFAULT_AGENT_HOME, "--home", help="The agent's state: identity (0600) and task files."
+)
+
+
+@agent_app.callback()
+def local_agent(
+    ctx: typer.Context,
+    server_url: str | None = typer.Option(None, "--server", hidden=True),
+    token_file: Path | None = typer.Option(None, "--token-file", hidden=True),
+    home: Path | None = typer.Option(None, "--home", hidden=True),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=64, hidden=True),
+    cpus: float | None = typer.Option(None, "--cpus", min=0.001, hidden=True),
+    memory: str | None = typer.Option(None, "--memory", hidden=True),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, max=64, hidden=True),
+    gpu_type: str | None = typer.Option(None, "--gpu-type", hidden=True),
+    address: str = typer.Option("127.0.0.1", "--address", hidden=True),
+    port_base: int = typer.Option(20000, "--port-base", min=1024, max=64000, hidden=True),
+    grace: float = typer.Option(10.0, "--grace", hidden=True),
+) -> None:
+    """With no subcommand: the local-mode agent in the foreground (what `shoal up` starts)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if server_url is None or token_file is None or home is None:
+        raise fail(
+            "the local-mode agent needs --server, --token-file and --home; a machine "
+            "joins a server on the network with `shoal agent join`"
+        )
+    from shoal.cli.cluster_commands import agent
+
+    agent(
+        server_url, token_file, home, nodes, cpus, memory, gpus, gpu_type, address, port_base, grace
+    )
+
+
+def _labels(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    labels: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{item!r}: write labels as k=v,k2=v2", param_hint="--labels")
+        labels[key] = value
+    return labels
+
+
+def _memory(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return units.memory_mib(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}; {units.MEMORY_HINT}", param_hint="--memory") from None
+
+
+@agent_app.command("join")
+def join(
+    server: str = typer.Argument(..., help="The server, https://SERVER:PORT."),
+    token: str = typer.Option(
+        ..., "--token", help="The join token `shoal node token create` made."
+    ),
+    name: str | None = typer.Option(None, "--name", help="The node's name (default: hostname)."),
+    labels: str | None = typer.Option(None, "--labels", help="k=v,k2=v2"),
+    cpus: float | None = typer.Option(None, "--cpus", min=0.001, help="Cores (default: all)."),
+    memory: str | None = typer.Option(None, "--memory", help="MiB or 4Gi (default: all)."),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, max=64, help="Default: NVML's count."),
+    address: str = typer.Option("127.0.0.1", "--address", help="Address peers reach tasks at."),
+    port_base: int = typer.Option(
+        20000, "--port-base", min=1024, max=64000, help="First of 1,000 task ports."
+    ),
+    home: Path = HOME_OPTION,
+) -> None:
+    """Join a server on the network: check its CA against the token, get this node's
+    certificate (its key never leaves this machine). Then run `shoal agent run`."""
+    from shoal.agent.identity import Identity, JoinError
+    from shoal.agent.identity import join as join_server
+    from shoal.agent.resources import hostname
+    from shoal.pki import NODE_NAME_HINT, NODE_NAME_PATTERN, BadJoinToken, JoinToken
+
+    if not server.startswith("https://"):
+        raise fail(f"{server!r}: a server on the network is https://SERVER:PORT")
+    try:
+        parsed = JoinToken.parse(token)
+    except BadJoinToken as exc:
+        raise fail(f"--token: {exc}") from None
+    node = name or hostname().split(".")[0]
+    if not NODE_NAME_PATTERN.match(node):
+        raise fail(f"node name {node!r}: {NODE_NAME_HINT}; give one with --name")
+    home = home.expanduser().resolve()
+    identity = Identity(
+        home=str(home),
+        server=server.rstrip("/"),
+        node=node,
+        labels=_labels(labels),
+        cpus=cpus,
+        memory_mib=_memory(memory),
+        gpus=gpus,
+        address=address,
+        port_base=port_base,
+    )
+    if identity.files.settings.exists():
+        raise fail(
+            f"{home} already holds the identity of a node; run `shoal agent run --home "
+            f"{home}`, or give another --home"
+        )
+    try:
+        joined = join_server(identity, parsed)
+    except JoinError as exc:
+        raise fail(str(exc)) from None
+    console.print(
+        f"node {joined.node} joined {identity.server}; identity in "
+        f"{identity.files.directory} (mode 0600)",
+        markup=False,
+    )
+    console.print(f"next: shoal agent run --home {home}", markup=False, highlight=False)
+
+
+@agent_app.command("run")
+def run(
+    home: Path = HOME_OPTION,
+    grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
+) -> None:
+    """Run this node's agent in the foreground, with its node certificate (mutual TLS)."""
+    from shoal.agent.identity import Connection, Identity, JoinError
+    from shoal.agent.main import Agent
+    from shoal.agent.resources import local_nodes
+
+    home = home.expanduser().resolve()
+    try:
+        identity = Identity.load(home)
+    except JoinError as exc:
+        raise fail(str(exc)) from None
+    spec = local_nodes(
+        1,
+        identity.cpus,
+        identity.memory_mib,
+        identity.gpus,
+        None,
+        identity.address,
+        port_base=identity.port_base,
+    )[0]
+    from dataclasses import replace
+
+    spec = replace(spec, name=identity.node, labels=dict(identity.labels))
+    running = Agent(Connection.mutual_tls(identity), home, [spec], f"{identity.node}:{home}")
+    signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
+    signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
+    console.print(f"agent of node {identity.node} talking to {identity.server}", markup=False)
+    running.start()
+    running.must_stop.wait()  # a signal, the node removed, or another protocol version
+    err_console.print("agent stopping: ending its tasks")
+    running.stop(grace)
+    if running.refusal is not None:
+        raise fail(running.refusal, code=2)

@@ -1,0 +1,164 @@
+"""``shoal server init`` and ``shoal server start``: a server on the network, HTTPS only, with
+its own CA. ``shoal server`` with no subcommand is still the local-mode server ``shoal up``
+starts (plain HTTP on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from shoal.cli.common import fail
+from shoal.cli.render import console
+from shoal.paths import DEFAULT_PORT, default_home
+
+# shoal.server is imported inside the commands only (tests/cli/test_cli_imports.py).
+if TYPE_CHECKING:
+    from shoal.server.ca import PkiFiles
+
+server_app = typer.Typer(
+    help="A shoal server on the network: `init` (CA, certificates, admin token), `start`.",
+    invoke_without_command=True,
+)
+WILDCARDS = ("0.0.0.0", "::")
+HOME_OPTION = typer.Option(None, "--home", help="State directory (default $SHOAL_HOME).")
+
+
+@server_app.callback()
+def local_server(
+    ctx: typer.Context,
+    home: Path = typer.Option(None, "--home", hidden=True),
+    host: str = typer.Option("127.0.0.1", "--host", hidden=True),
+    port: int = typer.Option(DEFAULT_PORT, "--port", hidden=True),
+    kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, hidden=True),
+    node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5, hidden=True),
+) -> None:
+    """With no subcommand: the local-mode server in the foreground (what `shoal up` starts)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from shoal.cli.cluster_commands import server
+
+    server(home, host, port, kill_grace, node_timeout)
+
+
+@server_app.command("init")
+def init(
+    home: Path = HOME_OPTION,
+    hosts: list[str] = typer.Option(
+        [], "--host", help="A name or address agents and users reach the server at (repeat)."
+    ),
+) -> None:
+    """Create the cluster's CA, the server certificate (for each --host, plus localhost and
+    127.0.0.1), the admin user and its token. Run again to add hosts: the CA is kept."""
+    from shoal.server.ca import (
+        PkiFiles,
+        create_ca,
+        issue_server_certificate,
+        server_hosts,
+        wanted_hosts,
+    )
+
+    home = (home or default_home()).expanduser().resolve()
+    files = PkiFiles.of(home)
+    _refuse_half_ca(files)
+    if files.ca_cert.exists():
+        console.print(f"CA kept: {files.ca_cert} (never replaced; `init` only adds hosts)")
+    else:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        create_ca(files)
+        console.print(f"CA created: {files.ca_cert} (key {files.ca_key}, mode 0600)")
+    old = server_hosts(files) if files.server_cert.exists() else None
+    wanted = wanted_hosts(hosts or [h for h in old or [] if h not in wanted_hosts([])])
+    if old is not None and sorted(old) == sorted(wanted) and files.server_key.exists():
+        console.print(f"server certificate kept: {files.server_cert} for {', '.join(wanted)}")
+    else:
+        issue_server_certificate(files, wanted)
+        verb = "issued" if old is None else f"issued again (was for {', '.join(old)})"
+        console.print(f"server certificate {verb}: {files.server_cert} for {', '.join(wanted)}")
+    _admin_token(home)
+    _next_steps(home, wanted[0], files.ca_hash())
+
+
+def _refuse_half_ca(files: PkiFiles) -> None:
+    if files.ca_cert.exists() != files.ca_key.exists():
+        present, missing = (
+            (files.ca_cert, files.ca_key)
+            if files.ca_cert.exists()
+            else (files.ca_key, files.ca_cert)
+        )
+        raise fail(
+            f"{present} exists but {missing} does not: restore it from a backup, or move "
+            f"{files.directory} away to start a new cluster (`init` never replaces a CA silently)"
+        )
+
+
+def _admin_token(home: Path) -> None:
+    from shoal.server.app import ADMIN_TOKEN_FILE, prepare
+    from shoal.server.settings import ServerSettings
+
+    prepare(ServerSettings(home=home, tls=True)).db.dispose()
+    console.print(f"admin user 'admin', token in {home / ADMIN_TOKEN_FILE} (mode 0600)")
+
+
+def _next_steps(home: Path, host: str, ca_hash: str) -> None:
+    url = f"https://{host}:{DEFAULT_PORT}"
+    console.print(f"CA public-key hash: sha256:{ca_hash}", highlight=False)
+    console.print("next:", highlight=False)
+    for line in (
+        f"shoal server start --home {home} --host {host} --port {DEFAULT_PORT}",
+        f"shoal config set-context cluster --server {url} --token-file {home}/admin.token "
+        f"--ca {home}/pki/ca.crt --use",
+        "shoal node token create --ttl 1h   (prints the `shoal agent join` line for a node)",
+    ):
+        console.print(f"  {line}", markup=False, highlight=False)
+
+
+@server_app.command("start")
+def start(
+    home: Path = HOME_OPTION,
+    host: str = typer.Option(..., "--host", help="Address to listen on (0.0.0.0: all)."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", min=1, max=65535),
+    kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s)."),
+    node_timeout: float = typer.Option(
+        30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."
+    ),
+) -> None:
+    """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
+    certificates they got at `shoal agent join`."""
+    from shoal.local.supervisor import port_in_use
+    from shoal.server.app import make_server, prepare
+    from shoal.server.ca import PkiFiles, server_hosts
+    from shoal.server.settings import ServerSettings
+
+    home = (home or default_home()).expanduser().resolve()
+    files = PkiFiles.of(home)
+    if not files.exists():
+        raise fail(
+            f"no CA and server certificate in {files.directory}: run `shoal server init "
+            f"--home {home} --host {host}` first"
+        )
+    named = server_hosts(files)
+    if host not in WILDCARDS and host not in named:
+        raise fail(
+            f"--host {host}: the server certificate names only {', '.join(named)}, so clients "
+            f"would refuse it; add it with `shoal server init --home {home} --host {host}`"
+        )
+    if port_in_use("127.0.0.1" if host in WILDCARDS else host, port):
+        raise fail(f"--port {port}: port {port} on {host} is in use; pick another with --port")
+    settings = ServerSettings(
+        home=home,
+        host=host,
+        port=port,
+        kill_grace_s=kill_grace,
+        node_timeout_s=node_timeout,
+        tls=True,
+    )
+    ctx = prepare(settings)
+    local = "127.0.0.1" if host in WILDCARDS else host
+    url = f"https://{local}:{port}"
+    (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    console.print(f"shoal server on {settings.url} (HTTPS; CA {files.ca_cert})", markup=False)
+    make_server(ctx, log_level="warning").run()

@@ -1,0 +1,120 @@
+"""Joining a server on the network: the CA (fetched without trust, pinned by the token), the
+join itself (token + certificate signing request), join tokens, and removing a node."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, Field
+
+from shoal.protocol import (
+    MISMATCH_CODE,
+    MISMATCH_STATUS,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    JoinRequest,
+    JoinResponse,
+    mismatch_message,
+    parse_version,
+)
+from shoal.server.context import ApiError
+from shoal.server.deps import Caller, Context
+from shoal.server.services import joining
+from shoal.store.models import JoinTokenRow
+
+router = APIRouter(tags=["join"])
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+class JoinTokenIn(BaseModel):
+    ttlSeconds: float | None = Field(3600.0, gt=0, description="None: never expires.")
+    uses: int | None = Field(1, ge=1, description="How many nodes may join; None: any number.")
+
+
+class JoinTokenOut(BaseModel):
+    id: str
+    createdBy: str
+    createdAt: float
+    expiresAt: float | None
+    maxUses: int | None
+    uses: int
+    state: str = Field(description="valid, expired, used-up or revoked.")
+
+
+class NewJoinToken(JoinTokenOut):
+    token: str = Field(description="Shown once: id, secret and the CA's public-key hash.")
+    serverUrl: str | None = Field(None, description="The URL the server listens at, if known.")
+
+
+class NodeRemoved(BaseModel):
+    name: str
+    stoppedTasks: int
+
+
+def _token_out(row: JoinTokenRow, now: float) -> JoinTokenOut:
+    return JoinTokenOut(
+        id=row.id,
+        createdBy=row.created_by,
+        createdAt=row.created_at,
+        expiresAt=row.expires_at,
+        maxUses=row.max_uses,
+        uses=row.uses,
+        state=joining.token_state(row, now),
+    )
+
+
+@router.get("/api/v1/join/ca", response_class=PlainTextResponse)
+def join_ca(ctx: Context) -> PlainTextResponse:
+    """The cluster's CA certificate (PEM). Public: a joining agent trusts it only if its
+    public-key hash is the one its join token carries."""
+    files = joining.pki_of(ctx)
+    return PlainTextResponse(files.ca_cert.read_text(), media_type="application/x-pem-file")
+
+
+@router.post("/api/v1/join", response_model=JoinResponse)
+def join(
+    body: JoinRequest,
+    ctx: Context,
+    version: Annotated[str | None, Header(alias=PROTOCOL_HEADER)] = None,
+) -> JoinResponse:
+    """A node joins with a join token and a certificate signing request; it gets its client
+    certificate (CN = its name). Authenticated by the token, not by a Bearer token."""
+    if parse_version(version) != PROTOCOL_VERSION:
+        message = mismatch_message(version, str(PROTOCOL_VERSION))
+        raise ApiError(MISMATCH_STATUS, MISMATCH_CODE, message)
+    return joining.join(ctx, body)
+
+
+@router.post("/api/v1/join-tokens", response_model=NewJoinToken, status_code=201)
+def create_join_token(body: JoinTokenIn, ctx: Context, caller: Caller) -> NewJoinToken:
+    """A join token for ``shoal agent join`` (admins); its secret is shown only here."""
+    created = joining.create_token(ctx, caller, body.ttlSeconds, body.uses)
+    settings = ctx.settings
+    url = None if settings.host in WILDCARDS else settings.url
+    out = _token_out(created.row, ctx.clock())
+    return NewJoinToken(**out.model_dump(), token=str(created.token), serverUrl=url)
+
+
+@router.get("/api/v1/join-tokens", response_model=list[JoinTokenOut])
+def list_join_tokens(ctx: Context, caller: Caller) -> list[JoinTokenOut]:
+    now = ctx.clock()
+    return [_token_out(row, now) for row in joining.list_tokens(ctx, caller)]
+
+
+@router.delete("/api/v1/join-tokens/{token_id}", response_model=JoinTokenOut)
+def revoke_join_token(token_id: str, ctx: Context, caller: Caller) -> JoinTokenOut:
+    """No node can join with this token any more (nodes that joined with it stay)."""
+    return _token_out(joining.revoke_token(ctx, caller, token_id), ctx.clock())
+
+
+@router.delete("/api/v1/nodes/{name}", response_model=NodeRemoved)
+def remove_node(
+    name: str,
+    ctx: Context,
+    caller: Caller,
+    force: Annotated[bool, Query(description="Stop the node's tasks (else 409).")] = False,
+) -> NodeRemoved:
+    """Revoke the node's certificate and remove it (admins); its agent is refused from then on."""
+    return NodeRemoved(name=name, stoppedTasks=joining.remove_node(ctx, caller, name, force))
