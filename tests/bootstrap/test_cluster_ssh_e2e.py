@@ -127,6 +127,20 @@ def test_create_runs_a_job_on_the_host_status_and_delete_leave_nothing(
         ]  # fmt: skip
         assert agent_pid in lab.pids(host)
 
+        # an agent that stopped is started again, without a new join
+        assert hostctl.terminate(str(install / "agent.pid"), 30.0) == f"stopped {agent_pid}"
+        restarted = shoal(env, "cluster", "create", str(cluster))
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert (
+            "] join:" not in restarted.stdout
+            and "install: this shoal wheel is installed already" in (restarted.stdout)
+        )
+        assert "start: agent started" in restarted.stdout and "ready: node ns-1 is READY" in (
+            restarted.stdout
+        )
+        agent_pid = int(Path(install / "agent.pid").read_text().split()[0])
+        assert f"ok: joined before, agent restarted, agent pid {agent_pid}" in restarted.stdout
+
         again = shoal(env, "cluster", "create", str(cluster))
         assert again.returncode == 0, again.stdout + again.stderr
         assert f"already joined and running (agent pid {agent_pid}): skipped" in again.stdout

@@ -131,7 +131,8 @@ async def _create_steps(
         await _join(session, layout, host, server, say)
     pid = await _start_agent(session, layout, say, host)
     await _wait_ready(session, layout, host, server, say)
-    return HostOutcome(host, True, f"joined, agent pid {pid}")
+    how = "joined" if joined != host.name else "joined before, agent restarted"
+    return HostOutcome(host, True, f"{how}, agent pid {pid}")
 
 
 async def _check_python(session: HostSession, layout: Layout) -> None:

@@ -19,6 +19,7 @@ import shoal
 WHEELHOUSE_HINT = "run `make wheelhouse` in the shoal checkout (needs the package registry once)"
 # Wheels the hosts do not need: shoal's own (sent separately) and its build backend.
 NOT_FOR_HOSTS = ("shoal-", "setuptools-")
+REPRODUCIBLE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip entry can carry
 
 
 class WheelError(Exception):
@@ -91,7 +92,12 @@ def _build_from_checkout(root: Path, wheelhouse: Path, out_dir: Path) -> Path:
         str(out_dir),
         str(root),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    # Fixed zip timestamps: the same sources give the same wheel, so its hash says whether a
+    # host has this shoal installed already.
+    env = os.environ | {"SOURCE_DATE_EPOCH": REPRODUCIBLE_EPOCH}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
     wheels = sorted(out_dir.glob("shoal-*.whl"))
     if done.returncode != 0 or not wheels:
         tail = "\n".join(done.stderr.strip().splitlines()[-12:])
