@@ -192,7 +192,10 @@ def test_an_unknown_host_key_or_a_wrong_key_is_refused_naming_the_fix(
     wrong = asyncio.run(refused(target(sshd, key_file=other_key)))
     assert wrong.step == "connect" and "refused the key" in wrong.message
     closed = asyncio.run(refused(target(sshd, port=sshd.port + 1)))
-    assert closed.step == "connect" and "cannot connect to" in closed.message
+    assert closed.step == "connect" and "connection refused" in closed.message
+    assert f"cannot connect to {sshd.user}@{sshd.host.address}:{sshd.port + 1}" in closed.message
+    no_key = asyncio.run(refused(target(sshd, key_file=tmp_path / "missing")))
+    assert no_key.message.startswith(f"cannot read {tmp_path / 'missing'}")
 
 
 def test_stop_ends_what_is_left_of_the_group_when_its_leader_is_gone(tmp_path: Path) -> None:

@@ -74,6 +74,10 @@ def connect_problem(target: SshTarget, exc: BaseException) -> str:
         )
     if isinstance(exc, asyncssh.KeyImportError):
         return f"cannot read the private key {target.key_file}: {exc}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"cannot connect to {where}: connection refused (is sshd listening on that port?)"
+    if isinstance(exc, OSError) and exc.filename:
+        return f"cannot read {exc.filename}: {exc.strerror}"
     if isinstance(exc, TimeoutError):
         return f"no answer from {where} within {target.connect_timeout:g}s"
     if isinstance(exc, OSError):
