@@ -172,6 +172,7 @@ def test_create_runs_a_job_on_the_host_status_and_delete_leave_nothing(
     assert len(sshd_pids) == 1  # only sshd itself is left in the host's namespace
     assert hostctl.running_pid(str(server_home / "cluster-server.pid")) is None
     assert not (install / "agent.pid").exists() and not (install / "joined").exists()
+    assert not (install / "home" / "identity").exists()
     after = json.loads(shoal(env, "cluster", "status", str(cluster), "-o", "json").stdout)
     assert after["server"].startswith("not answering")
     assert after["hosts"][0]["agent"] == "not running"

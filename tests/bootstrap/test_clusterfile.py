@@ -3,6 +3,7 @@ by its field (and line), through `shoal cluster validate` with exit 1."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from shoal.bootstrap.clusterfile import (
     template_text,
 )
 from shoal.spec.errors import SpecError
+from tests.cli.test_cli_imports import CLIENT_PATH, forbidden_in, loaded_modules
 
 GOOD = """
 server: {address: 198.18.30.254, port: 9443, home: srv}
@@ -140,3 +142,11 @@ def test_validate_and_create_exit_1_naming_the_field(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "ssh.known_hosts: no such file" in done.stderr
     assert not (tmp_path / "srv").exists()
+
+
+def test_template_and_help_load_neither_the_server_nor_asyncssh(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env["SHOAL_HOME"] = str(tmp_path)
+    for args in (["cluster", "--help"], ["cluster", "template"]):
+        modules = loaded_modules(args, env)
+        assert forbidden_in(modules, [*CLIENT_PATH, "asyncssh", "shoal.bootstrap.ssh"]) == []

@@ -6,7 +6,7 @@ On each host, under the install directory::
     wheels/         shoal's wheel and its dependencies' wheels (copied; same size: not re-sent)
     venv/           python -m venv; pip install --no-index --find-links wheels/
     installed       sha256 of the shoal wheel installed in venv/ (same: not reinstalled)
-    home/           the agent's home: its identity (from `shoal agent join`) and task files
+    home/           the agent's home: identity/ (from `shoal agent join`) and task files
     joined          the node name, written once `shoal agent join` succeeded
     agent.pid       pid and start time of `shoal agent run` (started detached)
     agent.log       its output
@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shoal.agent.identity import IDENTITY_DIR
 from shoal.bootstrap.clusterfile import Cluster, HostPlan
 from shoal.bootstrap.server import LocalServer, ServerProblem
 from shoal.bootstrap.ssh import HostSession, SshTarget, StepFailed
@@ -277,8 +278,8 @@ async def status_host(cluster: Cluster, host: HostPlan, nodes: dict[str, str] | 
 async def delete_host(
     cluster: Cluster, host: HostPlan, server: LocalServer, say: Say
 ) -> HostOutcome:
-    """Stop the agent create started (by its pid file), forget the node's identity on the host,
-    and remove the node from the server. The venv and wheels stay (a later create reuses them)."""
+    """Stop the agent create started (by its pid file), forget the node's identity on the host
+    (task files and the venv stay), and remove the node from the server."""
     try:
         session, layout = await open_host(cluster, host)
     except StepFailed as exc:
@@ -288,11 +289,20 @@ async def delete_host(
             if (await session.run(f"test -f {layout.q('hostctl.py')}")).ok:
                 stopped = await session.stop_detached(layout.hostctl, layout.path("agent.pid"))
                 say(host, f"stop: agent {stopped}")
-            await session.must("forget", f"rm -rf {layout.q('home')} {layout.q('joined')}")
+            identity = layout.q(f"home/{IDENTITY_DIR}")
+            await session.must("forget", f"rm -rf {identity} {layout.q('joined')}")
         except StepFailed as exc:
             return HostOutcome(host, False, exc.message, exc.step)
+    if not server.answering():
+        return HostOutcome(
+            host,
+            False,
+            f"the server does not answer on {server.address}:{server.port}, so node {host.name} "
+            "is still on its records: start the server and run delete again",
+            "remove",
+        )
     try:
-        if server.answering() and host.name in await asyncio.to_thread(server.nodes):
+        if host.name in await asyncio.to_thread(server.nodes):
             await asyncio.to_thread(server.remove_node, host.name)
             say(host, f"remove: node {host.name} removed from the server")
     except ServerProblem as exc:
