@@ -49,14 +49,15 @@ def _untrusted(exc: BaseException) -> str | None:
     """The certificate-verification failure behind a transport error, if that is what it is."""
     import ssl
 
+    chain: list[BaseException] = []
     seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return str(seen.verify_message or seen)
-        if "CERTIFICATE_VERIFY_FAILED" in str(seen):
-            return str(seen)
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
         seen = seen.__cause__ or seen.__context__
-    return None
+    for link in chain:
+        if isinstance(link, ssl.SSLCertVerificationError):
+            return str(link.verify_message or link)
+    return next((str(link) for link in chain if "CERTIFICATE_VERIFY_FAILED" in str(link)), None)
 
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}

@@ -111,12 +111,13 @@ def node_csr(key: ec.EllipticCurvePrivateKey, node: str) -> bytes:
     return request.public_bytes(serialization.Encoding.PEM)
 
 
-def certificate_identity(cert_pem: str) -> tuple[str, str]:
-    """(serial as hex, common name) of a PEM certificate."""
+def certificate_identity(cert_pem: str) -> tuple[str, str, str]:
+    """(serial as hex, common name, SHA-256 fingerprint of the DER as hex) of a certificate."""
     certificate = x509.load_pem_x509_certificate(cert_pem.encode())
     names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     common_name = str(names[0].value) if names else ""
-    return f"{certificate.serial_number:x}", common_name
+    fingerprint = certificate.fingerprint(hashes.SHA256()).hex()
+    return f"{certificate.serial_number:x}", common_name, fingerprint
 
 
 def write_private(path: Path, data: bytes) -> None:

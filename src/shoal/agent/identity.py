@@ -175,7 +175,14 @@ def join(identity: Identity, token: JoinToken, timeout: float = 30.0) -> JoinRes
             timeout=timeout,
         )
     except httpx.HTTPError as exc:
-        raise JoinError(f"cannot join {identity.server}: {exc}") from None
+        hint = ""
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):  # the pinned CA signed it: the name differs
+            host = httpx.URL(identity.server).host
+            hint = (
+                f"; the server's certificate does not name {host}: the admin adds it with "
+                f"`shoal server init --host {host}` and restarts the server"
+            )
+        raise JoinError(f"cannot join {identity.server}: {exc}{hint}") from None
     if response.status_code != 200:
         body = _body(response)
         raise JoinError(f"{body.get('code', response.status_code)}: {_message(response)}")

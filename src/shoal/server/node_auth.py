@@ -1,9 +1,10 @@
 """Node certificates as credentials: who a verified client certificate is, and what it may do.
 
 TLS has already checked that the certificate was signed by the cluster's CA (``server.tls``);
-this module checks that it is still a node's: its serial must be one the server recorded at join
-and not revoked by ``shoal node remove``. Answers are cached with the tokens'
-(``auth.TokenCache``, emptied by any change to a node certificate), so a request costs no query.
+this module checks that it is still a node's: its serial and fingerprint must be the ones the
+server recorded at join, not revoked by ``shoal node remove``. Answers are cached with the
+tokens' (``auth.TokenCache``, emptied by any change to a node certificate), so a request costs
+no query.
 A node credential acts only for its own node (``require_own``)."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ FORBIDDEN_NODE = "ForbiddenNodeError"
 
 
 @lru_cache(maxsize=4096)
-def _identity(pem: str) -> tuple[str, str]:
+def _identity(pem: str) -> tuple[str, str, str]:
     return certificate_identity(pem)
 
 
@@ -38,13 +39,13 @@ def removed_message(node: str) -> str:
 
 def authenticate_node(db: Database, pem: str) -> Principal:
     """The node a verified client certificate belongs to; 403 if it was revoked or unknown."""
-    serial, common_name = _identity(pem)
+    serial, common_name, fingerprint = _identity(pem)
     cache = token_cache(db)
-    key = f"cert:{serial}"
+    key = f"cert:{fingerprint}"
     known = cache.get(key)
     if known is None:
         generation = cache.generation
-        known = _look_up(db, serial, common_name)
+        known = _look_up(db, serial, common_name, fingerprint)
         cache.put(key, known, generation)
     if known.principal is None:
         code, message = known.refusal or (UNKNOWN_NODE_CERT_CODE, "unknown certificate")
@@ -52,11 +53,12 @@ def authenticate_node(db: Database, pem: str) -> Principal:
     return known.principal
 
 
-def _look_up(db: Database, serial: str, common_name: str) -> _Known:
+def _look_up(db: Database, serial: str, common_name: str, fingerprint: str) -> _Known:
+    """By serial, and the whole certificate must be the one recorded (its fingerprint)."""
     with db.read() as session:
         row = session.get(NodeCertRow, serial)
     now = time.monotonic()
-    if row is None:
+    if row is None or row.fingerprint != fingerprint:
         message = (
             f"the certificate of {common_name!r} (serial {serial}) was not issued to a node of "
             "this server; join with a token from `shoal node token create`"

@@ -91,10 +91,11 @@ def hold_node(ctx: ServerContext, caller: Principal, name: str, event: NodeEvent
 
 def node_events(ctx: ServerContext, name: str) -> list[NodeEventOut]:
     with ctx.db.read() as session:
-        if session.get(Node, name) is None:
-            raise ApiError(404, "NoNodeError", f"node {name!r} does not exist")
         query = select(NodeEventRow).where(NodeEventRow.node == name).order_by(NodeEventRow.id)
-        return [
+        events = [
             NodeEventOut(at=e.at, kind=e.kind, message=e.message, by=e.by)
             for e in session.scalars(query)
         ]
+        if not events and session.get(Node, name) is None:  # a removed node keeps its history
+            raise ApiError(404, "NoNodeError", f"node {name!r} does not exist")
+        return events
