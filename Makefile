@@ -6,6 +6,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-runtime
 TORCH_STAMP := $(VENV)/.torch
+# Wheels of shoal's runtime dependencies (and setuptools, to build shoal's own wheel offline):
+# `shoal cluster create` copies them to hosts that have no route to a package index.
+WHEELHOUSE := $(VENV)/wheelhouse
+WHEEL_STAMP := $(WHEELHOUSE)/.built
+# Root installs system packages itself, anyone else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The PyTorch DDP example's test needs torch; a CPU wheel lies on these machines, so pip takes it
 # offline. If it cannot be installed, that one test is skipped with the reason.
 TORCH_VERSION ?= 2.13.0
@@ -14,7 +20,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster clean
+.PHONY: setup setup-runtime system-deps wheelhouse run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -25,12 +31,32 @@ $(RUN_STAMP): pyproject.toml
 
 # The lint, type-check and test tools, and matplotlib for `shoal sim --report`, on top.
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
 	touch $(STAMP)
 
 setup-runtime: $(RUN_STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) $(WHEEL_STAMP)
+
+# Built while the package registry is reachable (pip's cache makes it quick), used offline later.
+$(WHEEL_STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip wheel --quiet --wheel-dir $(WHEELHOUSE) . 'setuptools>=68,<81'
+	touch $(WHEEL_STAMP)
+
+wheelhouse: $(WHEEL_STAMP)
+
+# The SSH tests run a real sshd (openssh-server, a Debian package) inside network namespaces.
+# Quiet when it is there; installed through apt-get when it is not.
+system-deps:
+	@if [ ! -x /usr/sbin/sshd ]; then \
+		if command -v apt-get >/dev/null 2>&1; then \
+			echo "installing openssh-server (the SSH tests run sshd)"; \
+			$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+				$(SUDO) apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; \
+		else \
+			echo "openssh-server is missing and there is no apt-get: the SSH tests will be skipped"; \
+		fi; \
+	fi
 
 $(TORCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) \
@@ -60,7 +86,7 @@ format: setup
 	$(BIN)/ruff format src tests bench
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
-test: lint $(TORCH_STAMP)
+test: lint $(TORCH_STAMP) system-deps
 	$(BIN)/python -m pytest -q -n 2
 
 test-fast: lint

@@ -12,6 +12,7 @@ from shoal import __version__, clientconfig
 from shoal.cli import (
     agent_commands,
     cluster_commands,
+    cluster_ssh_commands,
     job_remote,
     job_views,
     log_commands,
@@ -47,6 +48,7 @@ app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
+app.add_typer(cluster_ssh_commands.cluster_app, name="cluster")
 app.command()(login)
 app.command()(whoami)
 app.command()(cluster_commands.up)
