@@ -1,0 +1,101 @@
+"""Data across the network: alice pushes a data set from her machine (the root namespace), a job of
+hers on a namespace host reads it at $SHOAL_DATA_DIR; bob can neither pull it nor mount it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.multihost.netns import NetnsLab, namespaces_usable
+from tests.multihost.rack import Rack, build_rack
+
+pytestmark = pytest.mark.skipif(
+    namespaces_usable() is not None, reason=f"no network namespaces: {namespaces_usable()}"
+)
+READER = """\
+version: 1
+name: reader
+data: [{ref}]
+roles:
+  r:
+    resources: {{cpu: 1, memory: 64Mi}}
+    command: sha256sum $SHOAL_DATA_DIR/{ref}/corpus.bin && echo "on $SHOAL_NODE_NAME"
+"""
+
+
+@pytest.fixture
+def rack(tmp_path: Path) -> Iterator[Rack]:
+    lab = NetnsLab.create(3)
+    built: Rack | None = None
+    try:
+        built = build_rack(lab, tmp_path, nodes=2)
+        yield built
+    finally:
+        if built is not None:
+            built.close()
+        lab.destroy()
+
+
+def _as_user(rack: Rack, name: str) -> dict[str, str]:
+    """The environment of `name`'s shell: a context of their own with their token."""
+    made = rack.shoal("user", "create", name, "-o", "json")
+    assert made.returncode == 0, made.stderr
+    token_file = rack.root / f"{name}.token"
+    token_file.write_text(json.loads(made.stdout)["token"] + "\n")
+    os.chmod(token_file, 0o600)
+    env = {**rack.env, "SHOAL_CONFIG": str(rack.root / f"{name}.yaml")}
+    saved, rack.env = rack.env, env
+    try:
+        done = rack.shoal(
+            "config", "set-context", name, "--server", rack.url, "--token-file", str(token_file),
+            "--ca", str(rack.ca), "--use",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    finally:
+        rack.env = saved
+    return env
+
+
+def _shoal_as(rack: Rack, env: dict[str, str], *args: str) -> tuple[int, str]:
+    saved, rack.env = rack.env, env
+    try:
+        done = rack.shoal(*args)
+    finally:
+        rack.env = saved
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_a_data_set_reaches_a_job_on_another_host_and_no_other_user(
+    rack: Rack, tmp_path: Path
+) -> None:
+    alice, bob = _as_user(rack, "alice"), _as_user(rack, "bob")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    content = os.urandom(3 << 20)
+    (corpus / "corpus.bin").write_bytes(content)
+    code, said = _shoal_as(rack, alice, "data", "push", str(corpus), "corpus")
+    assert code == 0, said
+
+    spec = tmp_path / "reader.yaml"
+    spec.write_text(READER.format(ref="corpus"))
+    code, said = _shoal_as(rack, alice, "job", "submit", str(spec), "--wait", "-o", "json")
+    assert code == 0, said
+    job = json.loads(said[said.index("{") :])
+    code, log = _shoal_as(rack, alice, "job", "logs", job["id"])
+    assert hashlib.sha256(content).hexdigest() in log, log
+    assert "on n1" in log or "on n2" in log, log
+
+    code, said = _shoal_as(rack, bob, "data", "pull", "alice/corpus", str(tmp_path / "stolen"))
+    assert code != 0 and "alice/corpus" in said, said
+    assert not (tmp_path / "stolen").exists()
+    spec.write_text(READER.format(ref="alice/corpus"))
+    code, said = _shoal_as(rack, bob, "job", "submit", str(spec))
+    assert code != 0 and "alice/corpus" in said, said
+    code, said = _shoal_as(rack, bob, "job", "list", "-o", "json")
+    assert code == 0, said
+    assert not [j for j in json.loads(said) if j["user"] == "bob"], said  # nothing half-made
