@@ -257,7 +257,7 @@ def server(
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
-    from shoal.server.settings import ServerSettings
+    from shoal.server.settings import FencingError, ServerSettings
 
     settings = ServerSettings(
         home=home or default_home(),
@@ -266,7 +266,10 @@ def server(
         kill_grace_s=kill_grace,
         node_timeout_s=node_timeout,
     )
-    ctx = prepare(settings)
+    try:
+        ctx = prepare(settings)
+    except FencingError as exc:
+        raise fail(str(exc)) from None
     info = settings.home / "server.json"
     info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
     make_server(ctx).run()

@@ -19,6 +19,7 @@ from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
 from shoal.server.routers import agent, jobs, nodes, openpai, system, usage, users, vcs
 from shoal.server.routers import logs as log_routes
+from shoal.server.services.agents import restart_node_clocks
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, sqlite_url
 
@@ -29,7 +30,9 @@ log = logging.getLogger("shoal.server")
 
 
 def prepare(settings: ServerSettings) -> ServerContext:
-    """Create the home directory, migrate the store and make sure the token files exist."""
+    """Check the settings, create the home directory, migrate the store and make sure the token
+    files exist. Raises ``FencingError`` when the node timeout leaves no room for a lease."""
+    settings.check_fencing()
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     db = Database(settings.database_url or sqlite_url(settings.home))
     db.migrate()
@@ -48,6 +51,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         # it out of the collector's full passes, which otherwise walk it again and again.
         gc.freeze()
         if run_scheduler:
+            restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         yield
         if run_scheduler:
