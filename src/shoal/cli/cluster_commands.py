@@ -289,6 +289,9 @@ def agent(
         20000, "--port-base", min=1024, max=64000, help="First task port (1,000 per node)."
     ),
     grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
+    node_prefix: str = typer.Option(
+        "node", "--node-prefix", help="Its nodes are named PREFIX-0, PREFIX-1, ..."
+    ),
 ) -> None:
     """Run an agent in the foreground (what `shoal up` starts)."""
     from shoal.agent.main import Agent
@@ -296,7 +299,9 @@ def agent(
 
     if not token_file.exists():
         raise fail(f"token file {token_file} does not exist")
-    specs = local_nodes(nodes, cpus, _memory(memory), gpus, gpu_type, address, port_base=port_base)
+    specs = local_nodes(
+        nodes, cpus, _memory(memory), gpus, gpu_type, address, node_prefix, port_base=port_base
+    )
     home.mkdir(parents=True, exist_ok=True)
     running = Agent(server_url, token_file.read_text().strip(), home, specs, f"{hostname()}:{home}")
     signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
