@@ -129,7 +129,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
             )
         for running in request.running:
             row = named.get(running.attempt_id)
-            if is_stale(row, running.epoch, epochs):
+            if row is None or is_stale(row, running.epoch, epochs):
                 stale.append(running.attempt_id)  # not ours to run (any more): kill it
             elif row.id in loaded.tasks:
                 _note_running(ctx, session, loaded.tasks[row.id], running, now)
@@ -189,7 +189,7 @@ def _load_changing(
     ids = {row.id for row in lost}
     for running in request.running:
         row = named.get(running.attempt_id)
-        if is_stale(row, running.epoch, epochs):
+        if row is None or is_stale(row, running.epoch, epochs):
             continue
         fresh = running.attempt_id not in ctx.seen_attempts or not row.launch_acked
         if fresh or row.state == State.WAITING.value or row.usage != running.usage:
@@ -233,7 +233,7 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
     stale: list[str] = []
     for running in request.running:
         row = named.get(running.attempt_id)
-        if is_stale(row, running.epoch, epochs):
+        if row is None or is_stale(row, running.epoch, epochs):
             stale.append(running.attempt_id)
         elif not row.launch_acked or running.attempt_id not in ctx.seen_attempts:
             return None
