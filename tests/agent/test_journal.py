@@ -236,3 +236,28 @@ def test_a_restarted_agent_kills_stale_attempts_before_it_takes_orders(
         agent.stop(0.5)
         server.shutdown()
         server.server_close()
+
+
+def test_an_attempt_saved_before_its_keeper_pid_is_found_by_its_command_line(
+    home: Path,
+) -> None:
+    first = Runner(home, lambda _job: None)
+    first.launch(order("9.1", "sleep 30"))
+    keeper = first.attempts["9.1"]
+    journal = Journal(home)
+    saved = keeper.saved()
+    journal.save(saved.model_copy(update={"pid": None, "create_time": None}))  # as if cut short
+    try:
+        second = Runner(home, lambda _job: None)
+        second.recover()
+        adopted = second.attempts["9.1"]
+        assert adopted.exit is None and adopted.pid == keeper.pid
+        assert adopted.create_time == keeper.create_time
+    finally:
+        first.stop_all(0.5)
+    missing = SavedAttempt(order=order("9.2", "true"), workdir="w", log_dir="l")
+    journal.save(missing)
+    third = Runner(home, lambda _job: None)
+    third.recover()
+    report = third.attempts["9.2"].exit
+    assert report is not None and report.launch_error == "its agent stopped as it launched"

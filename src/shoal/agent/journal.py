@@ -127,11 +127,23 @@ class Journal:
         return saved
 
     def find(self, saved: SavedAttempt) -> Found:
+        """What became of a saved attempt. One saved before its keeper's pid was known (the agent
+        stopped as it launched) is looked for by its keeper's command line, which names the
+        attempt's directory; if found, ``saved`` gets its pid and create time."""
+        if saved.pid is None:
+            self._look_for_keeper(saved)
         if saved.pid is not None and same_process(saved.pid, saved.create_time):
             return Found.RUNNING
         if self.exit_record(saved.order.attempt_id) is not None:
             return Found.EXITED
         return Found.VANISHED
+
+    def _look_for_keeper(self, saved: SavedAttempt) -> None:
+        marker = str(self.dir(saved.order.attempt_id))
+        for process in psutil.process_iter(["pid", "cmdline", "create_time"]):
+            if marker in (process.info["cmdline"] or []):
+                saved.pid, saved.create_time = process.info["pid"], process.info["create_time"]
+                return
 
     # ---- the lease ----
 

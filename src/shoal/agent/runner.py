@@ -161,6 +161,7 @@ class Runner:
             if saved.deadline_at is not None:
                 attempt.deadline = time.monotonic() + saved.deadline_at - time.time()
             state = self.journal.find(saved)
+            attempt.pid, attempt.create_time = saved.pid, saved.create_time
             if state is Found.RUNNING:
                 log.info("adopted %s (pid %s)", attempt.attempt_id, saved.pid)
             elif state is Found.EXITED or saved.pid is not None:
