@@ -20,7 +20,7 @@ It starts on every launch, so it imports only what the interpreter has built in 
 
 from __future__ import annotations
 
-import _signal
+import _signal  # type: ignore[import-not-found]  # the C module behind signal
 import os
 import sys
 import time
