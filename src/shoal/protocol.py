@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: node epochs, attempt leases (fencing), fenced exits
 PROTOCOL_HEADER = "X-Shoal-Protocol"
 # The HTTP status of a refused version (426 Upgrade Required) and the error code in its body.
 MISMATCH_STATUS = 426
@@ -119,6 +119,7 @@ class RunningReport(BaseModel):
     attempt_id: str
     pid: int
     started_at: float
+    epoch: int = Field(0, description="The node epoch the attempt was launched under.")
     usage: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -135,6 +136,11 @@ class ExitReport(BaseModel):
     busy_port: int | None = Field(
         None, description="The launch was refused: this port of the task was already in use."
     )
+    fenced: bool = Field(
+        False,
+        description="Stopped because no report of its agent was acknowledged within the lease.",
+    )
+    epoch: int = Field(0, description="The node epoch the attempt was launched under.")
     started_at: float | None = None
     finished_at: float
     usage: dict[str, Any] = Field(default_factory=dict)
@@ -151,6 +157,10 @@ class ReportRequest(BaseModel):
 class ReportResponse(BaseModel):
     acked: list[str] = Field(default_factory=list)
     kill: list[str] = Field(default_factory=list, description="Attempts that must not run.")
+    lease_s: float = Field(
+        description="The agent's lease: if no later report is acknowledged within this long of "
+        "sending this one (the agent's monotonic clock), the agent stops its tasks (fencing)."
+    )
 
 
 # ---- orders ----
@@ -205,6 +215,7 @@ class LaunchOrder(BaseModel):
     ports: dict[str, list[int]] = Field(
         default_factory=dict, description="The task's ports by label, probed before launch."
     )
+    epoch: int = Field(description="The node's epoch: it rises each time the node goes NOT_READY.")
 
 
 class OrdersResponse(BaseModel):

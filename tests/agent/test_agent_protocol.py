@@ -22,7 +22,7 @@ from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, mismatch_message
 from tests.integration.conftest import port_base
 
 ANSWERS = {
-    "/api/v1/agent/report": {"acked": [], "kill": []},
+    "/api/v1/agent/report": {"acked": [], "kill": [], "lease_s": 30.0},
     "/api/v1/agent/orders": {"launch": [], "kill": []},
     "/api/v1/agent/logs": {"sizes": {}},
 }
@@ -89,9 +89,9 @@ def run_agent(server: StandIn, home: Path) -> Agent:
 @pytest.mark.parametrize(
     ("version", "status", "message"),
     [
-        ("2", 200, "the agent speaks protocol 1, the server speaks protocol 2: upgrade the agent"),
+        ("3", 200, "the agent speaks protocol 2, the server speaks protocol 3: upgrade the agent"),
         (None, 200, "the server speaks no protocol version (it predates protocol 1): upgrade the"),
-        ("2", 426, "the agent speaks protocol 1, the server speaks protocol 2: upgrade the agent"),
+        ("3", 426, "the agent speaks protocol 2, the server speaks protocol 3: upgrade the agent"),
     ],
 )
 def test_a_server_of_another_version_is_refused_once_and_not_called_again(
@@ -131,7 +131,7 @@ def test_a_server_of_the_same_version_is_served(agent_home: Path) -> None:
 def test_shoal_agent_stops_with_status_2_naming_both_versions(tmp_path: Path) -> None:
     token = tmp_path / "agent.token"
     token.write_text("shoal_test\n")
-    for server in serve("2", slot=1):
+    for server in serve("3", slot=1):
         done = subprocess.run(
             [
                 sys.executable,
@@ -153,4 +153,4 @@ def test_shoal_agent_stops_with_status_2_naming_both_versions(tmp_path: Path) ->
             check=False,
         )
     assert done.returncode == 2, done.stderr
-    assert mismatch_message(str(PROTOCOL_VERSION), "2") in " ".join(done.stderr.split())
+    assert mismatch_message(str(PROTOCOL_VERSION), "3") in " ".join(done.stderr.split())

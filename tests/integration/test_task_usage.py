@@ -31,6 +31,7 @@ def test_a_short_task_reports_its_cpu_time_and_memory(tmp_path: Path) -> None:
         hostfile="",
         has_code=False,
         kill_grace_s=1.0,
+        epoch=0,
     )
     runner.launch(order)
     deadline = time.monotonic() + 30

@@ -31,7 +31,7 @@ CALLS: list[tuple[str, str, dict[str, Any] | None]] = [
 ]
 NONE_SENT = (
     "the agent speaks no protocol version (it predates protocol 1), "
-    "the server speaks protocol 1: upgrade the agent"
+    "the server speaks protocol 2: upgrade the agent"
 )
 
 
@@ -68,9 +68,9 @@ def call(api: TestClient, method: str, path: str, body: Any, version: str | None
     ("version", "message"),
     [
         (None, NONE_SENT),
-        ("2", "the agent speaks protocol 2, the server speaks protocol 1: upgrade the server"),
-        ("0", "the agent speaks protocol 0, the server speaks protocol 1: upgrade the agent"),
-        ("one", "the agent speaks an unknown protocol 'one', the server speaks protocol 1: "),
+        ("3", "the agent speaks protocol 3, the server speaks protocol 2: upgrade the server"),
+        ("1", "the agent speaks protocol 1, the server speaks protocol 2: upgrade the agent"),
+        ("one", "the agent speaks an unknown protocol 'one', the server speaks protocol 2: "),
     ],
 )
 def test_another_protocol_version_is_refused_naming_both(
@@ -85,7 +85,7 @@ def test_another_protocol_version_is_refused_naming_both(
 
 def test_a_refused_report_registers_nothing(api: TestClient, home: Path) -> None:
     method, path, body = CALLS[0]
-    assert call(api, method, path, body, "2").status_code == 426
+    assert call(api, method, path, body, "3").status_code == 426
     assert node_names(api, home) == []
 
 

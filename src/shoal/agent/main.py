@@ -4,6 +4,16 @@ Three threads: a monitor reaps exits and enforces deadlines; a reporter ships lo
 starts and exits (repeating exits until acknowledged); an order taker long-polls the server for
 launches and kills. If the server goes away, tasks keep running and reports wait for it.
 
+Fencing (docs/cluster.md): each acknowledged report extends the agent's lease (``HOME/lease``, a
+deadline on the boot-time clock measured from when the report was sent); every task's keeper stops
+its task once the lease runs out, so a task never outlives its node being declared NOT_READY, even
+if this agent is dead. The order taker takes orders only while the lease holds and after a report
+that followed the agent's start (or a lapse of its lease) has been answered and every attempt the
+server called stale is dead: a new attempt never starts beside a stale one.
+
+Agent restarts keep the tasks: attempts are saved under ``HOME/attempts`` and re-adopted by the
+next agent on the same home (``Runner.recover``).
+
 Every request carries the agent's protocol version (``shoal.protocol``). A server that answers
 with another version (or refuses ours) cannot be talked to: the agent logs one error naming both
 versions, stops calling the server and sets ``must_stop``; ``shoal agent`` then stops the tasks and
@@ -24,6 +34,7 @@ import httpx
 from shoal import __version__
 from shoal.agent.cache import NodeCache
 from shoal.agent.identity import Connection
+from shoal.agent.journal import boot_clock
 from shoal.agent.resources import NodeSpec
 from shoal.agent.runner import Runner
 from shoal.agent.shipper import LogShipper
@@ -59,6 +70,9 @@ REPORT_GAP_S = 0.025
 RETRY_MAX_S = 0.5
 # Exits the server never acknowledged before this agent stopped: delivered by its next run.
 UNREPORTED = "unreported-exits.json"
+# How long to wait for the stale attempts of a resync to die before reporting again (their
+# grace is at most this, then SIGKILL).
+STALE_WAIT_S = 60.0
 
 
 class Agent:
@@ -79,6 +93,9 @@ class Agent:
         # says so), or (in ``shoal agent``) a signal asked it to.
         self.must_stop = threading.Event()
         self.refusal: str | None = None
+        # Set once a report answered since this agent started (or since its lease lapsed) has
+        # had every attempt the server called stale killed: orders may be taken.
+        self.synced = threading.Event()
         self._refusal_lock = threading.Lock()
         self._report_client = self._client(10.0)
         self._order_client = self._client(ORDER_WAIT_S + 10.0)
@@ -122,6 +139,9 @@ class Agent:
         self.must_stop.set()
 
     def start(self) -> None:
+        recovered = self.runner.recover()
+        if recovered:
+            log.info("found %d attempt(s) of an earlier run: %s", len(recovered), recovered)
         self._restore_unreported()
         for thread in self._threads:
             thread.start()
@@ -160,7 +180,8 @@ class Agent:
         except ValueError as exc:
             log.warning("ignoring %s: %s", path, exc)
         else:
-            self.runner.restore_exits(exits)
+            known = set(self.runner.known())  # recovered from the saved attempts already
+            self.runner.restore_exits([e for e in exits if e.attempt_id not in known])
         path.unlink()
 
     # ---- threads ----
@@ -189,9 +210,14 @@ class Agent:
                 self.shipper.ship()
                 running = {r.attempt_id for r in self.runner.running_reports()}
                 due = time.monotonic() - last_report > HEARTBEAT_S
-                if urgent or due or running != last_running or self.runner.exit_reports():
-                    self._report()
+                self._check_lease()
+                syncing = not self.synced.is_set()
+                changed = running != last_running or self.runner.exit_reports()
+                if urgent or due or changed or syncing:
+                    stale = self._report()
                     last_report, last_running = time.monotonic(), running
+                    if syncing:
+                        self._resync(stale)
                 backoff = 0.1
             except ProtocolMismatch as exc:
                 self._refuse(exc)
@@ -201,9 +227,41 @@ class Agent:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_MAX_S)
 
+    def _check_lease(self) -> None:
+        """Note a lapsed lease: the keepers are stopping the tasks; orders wait for a resync."""
+        if self.synced.is_set() and not self._lease_holds():
+            self.synced.clear()
+            log.warning(
+                "no report acknowledged within the lease: the tasks are being stopped (fencing); "
+                "orders wait until the server answers again"
+            )
+
+    def _lease_holds(self) -> bool:
+        deadline = self.runner.journal.lease_deadline()
+        return deadline is not None and boot_clock() < deadline
+
+    def _resync(self, stale: list[str]) -> None:
+        """After a start or a lapsed lease: wait until every stale attempt is dead, then take
+        orders. Until then no new attempt starts beside one the server has given up on."""
+        waited = time.monotonic() + STALE_WAIT_S
+        while self.runner.alive(stale) and time.monotonic() < waited:
+            if self.stopping.wait(0.02):
+                return
+        alive = self.runner.alive(stale)
+        if alive:
+            log.error("stale attempts %s are still alive; orders wait", alive)
+            return
+        if stale:
+            log.info("stale attempts %s are dead; taking orders", stale)
+        self.synced.set()
+
     def _order_taker(self) -> None:
         backoff = 0.1
         while not self.stopping.is_set():
+            if not self.synced.wait(0.25):
+                if self.refusal is not None:
+                    return  # this server cannot be talked to
+                continue
             try:
                 orders = self._orders()
                 backoff = 0.1
@@ -214,6 +272,8 @@ class Agent:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_MAX_S)
                 continue
+            if not (self.synced.is_set() and self._lease_holds()):
+                continue  # the lease lapsed meanwhile: these orders come again after the resync
             for order in orders.launch:
                 self.runner.launch(order)
             for attempt_id in orders.kill:
@@ -242,7 +302,9 @@ class Agent:
             for n in self.nodes
         ]
 
-    def _report(self) -> None:
+    def _report(self) -> list[str]:
+        """Send a report; extend the lease from its send time; kill what the server calls stale
+        (returned)."""
         exits = self.runner.exit_reports()
         request = ReportRequest(
             agent_id=self.agent_id,
@@ -251,12 +313,15 @@ class Agent:
             exited=exits,
             agent_version=__version__,
         )
+        sent = boot_clock()
         response = self._report_client.post("/api/v1/agent/report", json=request.model_dump())
         response.raise_for_status()
         result = ReportResponse.model_validate(response.json())
+        self.runner.journal.extend_lease(sent + result.lease_s)
         self.runner.acknowledge(result.acked)
         for attempt_id in result.kill:
             self.runner.kill(attempt_id)
+        return result.kill
 
     def _orders(self) -> OrdersResponse:
         request = OrdersRequest(

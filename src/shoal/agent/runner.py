@@ -1,9 +1,13 @@
 """Run task attempts as child processes, each in its own session (so its whole process tree can be
-signalled), in its own working directory, with stdout and stderr captured to files."""
+signalled), in its own working directory, with stdout and stderr captured to files.
+
+Each attempt's first process is its keeper (shoal.agent.keeper), which records the task's exit and
+enforces the agent's lease; each attempt is saved under ``HOME/attempts`` (shoal.agent.journal),
+so an agent started again on the same home re-adopts the attempts still running (``recover``).
+"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -16,10 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import psutil
-
 from shoal.agent.cache import DATA_DIR, NodeCache
+from shoal.agent.journal import Found, Journal, SavedAttempt, create_time_of
 from shoal.agent.ports import BusyPorts, PortTaken, probe
+from shoal.agent.processes import (
+    Ended,
+    adopted_alive,
+    ended_from,
+    keeper_argv,
+    reap_child,
+    signal_group,
+    tree_usage,
+)
 from shoal.protocol import ExitReport, LaunchOrder, RunningReport, fill_in
 
 log = logging.getLogger("shoal.agent")
@@ -34,7 +46,9 @@ class Attempt:
     order: LaunchOrder
     workdir: Path
     log_dir: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | None = None  # the keeper, when it is this agent's child
+    pid: int | None = None  # the keeper's pid (and process group), child or adopted
+    create_time: float | None = None  # the keeper's, to tell it from a later process of its pid
     started_at: float | None = None
     deadline: float | None = None  # time.monotonic() when the max runtime runs out
     stop_requested: bool = False  # signalled because the server asked
@@ -45,10 +59,28 @@ class Attempt:
     logs_done: bool = False
     usage: dict[str, float] = field(default_factory=dict)
     busy_port: int | None = None  # the launch was refused: this port of the task was taken
+    adopted: bool = False  # started by an earlier run of this agent
 
     @property
     def attempt_id(self) -> str:
         return self.order.attempt_id
+
+    def saved(self) -> SavedAttempt:
+        deadline_at = None
+        if self.deadline is not None:
+            deadline_at = time.time() + self.deadline - time.monotonic()
+        return SavedAttempt(
+            order=self.order.model_copy(update={"secrets": {}}),
+            workdir=str(self.workdir),
+            log_dir=str(self.log_dir),
+            pid=self.pid,
+            create_time=self.create_time,
+            started_at=self.started_at,
+            deadline_at=deadline_at,
+            stop_requested=self.stop_requested,
+            timed_out=self.timed_out,
+            agent_shutdown=self.agent_shutdown,
+        )
 
     def log_path(self, stream: str) -> Path:
         return self.log_dir / stream
@@ -63,6 +95,7 @@ class Runner:
         self.orphan_exits: dict[str, ExitReport] = {}  # kills of attempts never launched here
         self.draining = False  # shutting down: nothing new starts
         self.busy_ports = BusyPorts()
+        self.journal = Journal(home)
 
     def known(self) -> list[str]:
         with self.lock:
@@ -88,6 +121,7 @@ class Runner:
             base = self.home / "work" / order.job_id / f"{order.role}-{order.index}"
             attempt = Attempt(order, base / order.attempt_id, base / f"{order.attempt_id}.logs")
             self.attempts[order.attempt_id] = attempt
+            self.journal.save(attempt.saved())  # before it starts: a restart finds it either way
         taken = probe(order.ports)  # a listener may have appeared since the placement
         if taken is not None:
             self._refuse(attempt, taken)
@@ -103,6 +137,44 @@ class Runner:
         self.busy_ports.refused(taken.port)
         attempt.busy_port = taken.port
         self._finish(attempt, None, None, launch_error=taken.message())
+
+    def recover(self) -> list[str]:
+        """Take back the attempts an earlier run of this agent saved: adopt those still running,
+        and hold the exits of the others for reporting. Returns the attempt ids found."""
+        found: list[str] = []
+        for saved in self.journal.load_all():
+            attempt = Attempt(
+                saved.order,
+                Path(saved.workdir),
+                Path(saved.log_dir),
+                pid=saved.pid,
+                create_time=saved.create_time,
+                started_at=saved.started_at,
+                stop_requested=saved.stop_requested,
+                timed_out=saved.timed_out,
+                agent_shutdown=saved.agent_shutdown,
+                adopted=True,
+            )
+            if saved.deadline_at is not None:
+                attempt.deadline = time.monotonic() + saved.deadline_at - time.time()
+            state = self.journal.find(saved)
+            attempt.pid, attempt.create_time = saved.pid, saved.create_time
+            if state is Found.RUNNING:
+                log.info("adopted %s (pid %s)", attempt.attempt_id, saved.pid)
+            elif state is Found.EXITED or saved.pid is not None:
+                record = self.journal.exit_record(attempt.attempt_id)
+                self._finish_with(attempt, ended_from(record, None, {}))
+            else:
+                self._finish(attempt, None, None, launch_error="its agent stopped as it launched")
+            with self.lock:
+                self.attempts[attempt.attempt_id] = attempt
+            found.append(attempt.attempt_id)
+        return found
+
+    def alive(self, attempt_ids: list[str]) -> list[str]:
+        """Those of ``attempt_ids`` whose processes have not ended yet."""
+        with self.lock:
+            return [i for i in attempt_ids if i in self.attempts and self.attempts[i].exit is None]
 
     def own_ports(self) -> set[int]:
         """Ports of the attempts this agent runs (or is about to)."""
@@ -123,7 +195,9 @@ class Runner:
         self.cache.data_dir(order, attempt.workdir)  # $SHOAL_DATA_DIR, fetched first
         (meta / "hostfile").write_text(order.hostfile)
         env = self._environment(order, attempt.workdir)
-        argv = _shell_argv(order, env)
+        grace = order.kill_grace_s
+        attempt_dir = self.journal.dir(attempt.attempt_id)
+        argv = keeper_argv(attempt_dir, self.journal.lease_path, grace, _shell_argv(order, env))
         with (
             open(attempt.log_path("stdout"), "wb") as out,
             open(attempt.log_path("stderr"), "wb") as err,
@@ -139,8 +213,11 @@ class Runner:
                 start_new_session=True,
             )
         attempt.started_at = time.time()
+        attempt.pid = attempt.proc.pid
+        attempt.create_time = create_time_of(attempt.pid)
         if order.deadline_s is not None:
             attempt.deadline = time.monotonic() + order.deadline_s
+        self.journal.save(attempt.saved())
 
     def _environment(self, order: LaunchOrder, workdir: Path) -> dict[str, str]:
         """The submitter's variables if the job carries them, else the agent's minimal set with
@@ -175,19 +252,29 @@ class Runner:
                     ),
                 )
                 return
-        if attempt.exit is None and attempt.proc is None:
+        if attempt.exit is None and attempt.pid is None:
             self._finish(attempt, None, None, stop=True)
             return
         if attempt.stop_requested or attempt.exit is not None or attempt.agent_shutdown:
             return
-        if attempt.proc is not None and attempt.proc.poll() is not None:
+        if not self._running(attempt):
             return  # it exited on its own before the kill: the monitor reports its own exit
         attempt.stop_requested = True
+        self._save(attempt)
         self._terminate(attempt)
 
+    def _save(self, attempt: Attempt) -> None:
+        if self.journal.dir(attempt.attempt_id).is_dir():
+            self.journal.save(attempt.saved())
+
+    def _running(self, attempt: Attempt) -> bool:
+        if attempt.proc is not None:
+            return attempt.proc.poll() is None
+        return attempt.pid is not None and adopted_alive(attempt.pid, attempt.create_time)
+
     def _terminate(self, attempt: Attempt) -> None:
-        if attempt.proc is not None and attempt.term_sent_at is None:
-            _signal_group(attempt.proc.pid, signal.SIGTERM)
+        if attempt.pid is not None and attempt.term_sent_at is None:
+            signal_group(attempt.pid, signal.SIGTERM)
             attempt.term_sent_at = time.monotonic()
 
     # ---- watching ----
@@ -197,23 +284,41 @@ class Runner:
         changed = False
         now = time.monotonic()
         with self.lock:
-            live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
+            live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]
         for attempt in live:
-            assert attempt.proc is not None
-            code = _reap(attempt)
-            if code is not None:
-                _signal_group(attempt.proc.pid, signal.SIGKILL)  # leftovers of the tree
-                signo = -code if code < 0 else None
-                self._finish(attempt, None if code < 0 else code, signo)
+            assert attempt.pid is not None
+            ended = self._ended(attempt)
+            if ended is not None:
+                signal_group(attempt.pid, signal.SIGKILL)  # leftovers of the tree
+                self._finish_with(attempt, ended)
                 changed = True
                 continue
             if attempt.deadline is not None and now >= attempt.deadline and not attempt.timed_out:
                 attempt.timed_out = True
+                self._save(attempt)
                 self._terminate(attempt)
             grace = attempt.order.kill_grace_s
             if attempt.term_sent_at is not None and now - attempt.term_sent_at >= grace:
-                _signal_group(attempt.proc.pid, signal.SIGKILL)
+                signal_group(attempt.pid, signal.SIGKILL)
         return changed
+
+    def _ended(self, attempt: Attempt) -> Ended | None:
+        """How the attempt ended, once its keeper has ended (a child) or written its record
+        (adopted: not this agent's child, so it is never waited for here)."""
+        if attempt.proc is not None:
+            status = reap_child(attempt.proc)
+            if status is None:
+                return None
+            return ended_from(self.journal.exit_record(attempt.attempt_id), status, attempt.usage)
+        assert attempt.pid is not None
+        record = self.journal.exit_record(attempt.attempt_id)
+        if record is None and adopted_alive(attempt.pid, attempt.create_time):
+            return None
+        return ended_from(record, None, attempt.usage)
+
+    def _finish_with(self, attempt: Attempt, ended: Ended) -> None:
+        attempt.usage = ended.usage
+        self._finish(attempt, ended.exit_code, ended.signal, fenced=ended.fenced)
 
     def _finish(
         self,
@@ -222,6 +327,7 @@ class Runner:
         signo: int | None,
         launch_error: str | None = None,
         stop: bool = False,
+        fenced: bool = False,
     ) -> None:
         attempt.exit = ExitReport(
             attempt_id=attempt.attempt_id,
@@ -232,6 +338,8 @@ class Runner:
             timed_out=attempt.timed_out,
             launch_error=launch_error,
             busy_port=attempt.busy_port,
+            fenced=fenced,
+            epoch=attempt.order.epoch,
             started_at=attempt.started_at,
             finished_at=time.time(),
             usage=dict(attempt.usage),
@@ -239,10 +347,10 @@ class Runner:
 
     def sample_usage(self) -> None:
         with self.lock:
-            live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
+            live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]
         for attempt in live:
-            assert attempt.proc is not None
-            attempt.usage = _tree_usage(attempt.proc.pid, attempt.usage)
+            assert attempt.pid is not None
+            attempt.usage = tree_usage(attempt.pid, attempt.usage)
 
     # ---- reporting ----
 
@@ -253,12 +361,13 @@ class Runner:
             return [
                 RunningReport(
                     attempt_id=a.attempt_id,
-                    pid=a.proc.pid,
+                    pid=a.pid,
                     started_at=a.started_at or time.time(),
                     usage=dict(a.usage),
+                    epoch=a.order.epoch,
                 )
                 for a in self.attempts.values()
-                if a.proc is not None and (a.exit is None or not a.logs_done)
+                if a.pid is not None and (a.exit is None or not a.logs_done)
             ]
 
     def exit_reports(self) -> list[ExitReport]:
@@ -274,6 +383,7 @@ class Runner:
                 attempt = self.attempts.get(attempt_id)
                 if attempt is not None and attempt.exit is not None:
                     del self.attempts[attempt_id]
+                    self.journal.forget(attempt_id)
 
     def stop_all(self, grace: float) -> None:
         """Stop every task (agent shutdown): SIGTERM, wait up to ``grace``, then SIGKILL. Each
@@ -284,19 +394,24 @@ class Runner:
         deadline = time.monotonic() + grace
         while True:
             with self.lock:  # again each round: a launch under way may have started since
-                live = [a for a in self.attempts.values() if a.exit is None and a.proc is not None]
-            running = [a for a in live if a.proc is not None and a.proc.poll() is None]
+                live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]
+            running = [a for a in live if self._running(a)]
             for attempt in running:
-                if not (attempt.stop_requested or attempt.timed_out):
+                if not (attempt.stop_requested or attempt.timed_out or attempt.agent_shutdown):
                     attempt.agent_shutdown = True
+                    self._save(attempt)
                 self._terminate(attempt)
             if not running or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
         for attempt in live:
+            if attempt.pid is not None:
+                signal_group(attempt.pid, signal.SIGKILL)
             if attempt.proc is not None:
-                _signal_group(attempt.proc.pid, signal.SIGKILL)
                 attempt.proc.wait()
+            elif attempt.pid is not None:
+                while adopted_alive(attempt.pid, attempt.create_time):
+                    time.sleep(0.01)
 
     def unreported_exits(self) -> list[ExitReport]:
         """Every exit the server has not acknowledged (shipped logs or not)."""
@@ -308,7 +423,11 @@ class Runner:
         """Exits a previous run of this agent could not deliver: repeated until acknowledged."""
         with self.lock:
             for report in exits:
-                self.orphan_exits.setdefault(report.attempt_id, report)
+                attempt = self.attempts.get(report.attempt_id)
+                if attempt is not None and attempt.exit is not None:
+                    attempt.exit = report  # as that run saw it end (e.g. its own shutdown)
+                elif attempt is None:
+                    self.orphan_exits.setdefault(report.attempt_id, report)
 
 
 def _shell_argv(order: LaunchOrder, env: dict[str, str]) -> list[str]:
@@ -335,58 +454,3 @@ def _start_dir(order: LaunchOrder, private: Path, stderr: BinaryIO) -> Path:
     )
     stderr.flush()
     return private
-
-
-def _signal_group(pid: int, signo: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signo)
-
-
-def _reap(attempt: Attempt) -> int | None:
-    """The exit code if the task's process has exited (``Popen.poll``'s convention), folding
-    its final resource use (it and the descendants it waited for) into ``attempt.usage``: a
-    task shorter than the sampling period is accounted too."""
-    proc = attempt.proc
-    assert proc is not None
-    if proc.returncode is not None:
-        return proc.returncode
-    try:
-        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
-    except ChildProcessError:
-        return proc.poll()
-    if pid == 0:
-        return None
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    cpu = rusage.ru_utime + rusage.ru_stime
-    peak_mib = rusage.ru_maxrss / 1024  # KiB on Linux
-    previous = attempt.usage
-    attempt.usage = {
-        **previous,
-        "cpuSeconds": round(max(cpu, previous.get("cpuSeconds", 0.0)), 3),
-        "maxRssMiB": round(max(peak_mib, previous.get("maxRssMiB", 0.0)), 1),
-    }
-    return proc.returncode
-
-
-def _tree_usage(pid: int, previous: dict[str, float]) -> dict[str, float]:
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return previous
-    cpu = 0.0
-    rss = 0
-    for process in processes:
-        try:
-            times = process.cpu_times()
-            cpu += times.user + times.system + times.children_user + times.children_system
-            rss += process.memory_info().rss
-        except psutil.Error:
-            continue
-    rss_mib = rss / (1 << 20)
-    return {
-        "cpuSeconds": round(max(cpu, previous.get("cpuSeconds", 0.0)), 3),
-        "rssMiB": round(rss_mib, 1),
-        "maxRssMiB": round(max(rss_mib, previous.get("maxRssMiB", 0.0)), 1),
-        "processes": float(len(processes)),
-    }

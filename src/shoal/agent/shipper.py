@@ -1,5 +1,8 @@
 """Ship task logs to the server in ordered, offset-tagged chunks (idempotent: the server keeps
-what it has and tells us its size, so a lost reply or a restart only causes a resend)."""
+what it has and tells us its size, so a lost reply or a restart only causes a resend).
+
+For an attempt adopted from an earlier run of the agent, the first chunk of each stream is empty:
+the server answers with how much it has, and shipping goes on from there (no byte sent twice)."""
 
 from __future__ import annotations
 
@@ -64,7 +67,10 @@ class LogShipper:
         path = attempt.log_path(stream)
         if not path.exists():
             return None
-        offset = self.shipped.get((attempt.attempt_id, stream), 0)
+        key = (attempt.attempt_id, stream)
+        if key not in self.shipped and attempt.adopted:
+            return LogUpload(attempt_id=attempt.attempt_id, stream=stream, offset=0, data="")
+        offset = self.shipped.get(key, 0)
         with open(path, "rb") as handle:
             handle.seek(offset)
             data = handle.read(CHUNK)

@@ -260,7 +260,7 @@ def server(
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
-    from shoal.server.settings import ServerSettings
+    from shoal.server.settings import FencingError, ServerSettings
 
     settings = ServerSettings(
         home=home or default_home(),
@@ -269,7 +269,10 @@ def server(
         kill_grace_s=kill_grace,
         node_timeout_s=node_timeout,
     )
-    ctx = prepare(settings)
+    try:
+        ctx = prepare(settings)
+    except FencingError as exc:
+        raise fail(str(exc)) from None
     info = settings.home / "server.json"
     info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
     make_server(ctx).run()
@@ -289,6 +292,9 @@ def agent(
         20000, "--port-base", min=1024, max=64000, help="First task port (1,000 per node)."
     ),
     grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
+    node_prefix: str = typer.Option(
+        "node", "--node-prefix", help="Its nodes are named PREFIX-0, PREFIX-1, ..."
+    ),
 ) -> None:
     """Run an agent in the foreground (what `shoal up` starts)."""
     from shoal.agent.identity import Connection
@@ -297,7 +303,9 @@ def agent(
 
     if not token_file.exists():
         raise fail(f"token file {token_file} does not exist")
-    specs = local_nodes(nodes, cpus, _memory(memory), gpus, gpu_type, address, port_base=port_base)
+    specs = local_nodes(
+        nodes, cpus, _memory(memory), gpus, gpu_type, address, node_prefix, port_base=port_base
+    )
     home.mkdir(parents=True, exist_ok=True)
     connection = Connection.bearer(server_url, token_file.read_text().strip())
     running = Agent(connection, home, specs, f"{hostname()}:{home}")

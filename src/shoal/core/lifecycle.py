@@ -52,6 +52,7 @@ class ProcessExit:
     launch_error: str | None = None
     lost: bool = False
     agent_shutdown: bool = False
+    fenced: bool = False  # its agent stopped it: no report acknowledged within the lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,7 @@ class TaskEnd:
 
 def classify_exit(result: ProcessExit, *, preempting: bool = False) -> ExitClass:
     """``preempting``: the job's resources are being reclaimed, so a stop is a preemption."""
-    if result.launch_error is not None or result.lost:
+    if result.launch_error is not None or result.lost or result.fenced:
         return ExitClass.PLATFORM_FAILURE
     if result.timed_out:
         return ExitClass.TIMEOUT
@@ -101,6 +102,11 @@ def _task_diagnostics(result: ProcessExit, exit_class: ExitClass) -> str:
         return f"could not launch: {result.launch_error}"
     if result.lost:
         return "the node or agent running it was lost"
+    if result.fenced:
+        return (
+            "its agent stopped it: the server acknowledged none of the agent's reports within "
+            "its lease (fencing), so the task could have been declared lost and run elsewhere"
+        )
     cause = {
         ExitClass.TIMEOUT: "the job's max runtime was reached",
         ExitClass.PREEMPTED: "stopped to give its resources to another job (preemption)",

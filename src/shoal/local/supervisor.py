@@ -36,6 +36,7 @@ class UpOptions:
     gpu_type: str | None = None
     kill_grace_s: float = 10.0
     port_base: int = 20000  # task ports: 1,000 per simulated node from here
+    node_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
         str(port),
         "--kill-grace",
         str(options.kill_grace_s),
+        "--node-timeout",
+        str(options.node_timeout_s),
     ]
     server = _spawn(server_args, home / "server.log")
     agent = _spawn(_agent_args(options, url), home / "agent.log")

@@ -31,6 +31,7 @@ from shoal.server.routers import (
     vcs,
 )
 from shoal.server.routers import logs as log_routes
+from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
 from shoal.server.settings import ServerSettings
 from shoal.server.tls import https_options
@@ -43,7 +44,9 @@ log = logging.getLogger("shoal.server")
 
 
 def prepare(settings: ServerSettings) -> ServerContext:
-    """Create the home directory, migrate the store and make sure the token files exist."""
+    """Check the settings, create the home directory, migrate the store and make sure the token
+    files exist. Raises ``FencingError`` when the node timeout leaves no room for a lease."""
+    settings.check_fencing()
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     db = Database(settings.database_url or sqlite_url(settings.home))
     db.migrate()
@@ -64,6 +67,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         # it out of the collector's full passes, which otherwise walk it again and again.
         gc.freeze()
         if run_scheduler:
+            restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         yield
         if run_scheduler:

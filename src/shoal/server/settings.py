@@ -7,7 +7,24 @@ from pathlib import Path
 
 from shoal.paths import default_home
 
-__all__ = ["ServerSettings", "default_home"]
+__all__ = ["FencingError", "ServerSettings", "default_home"]
+
+# Fencing (docs/cluster.md, "Fencing"): an agent whose reports have not been acknowledged for its
+# lease stops its tasks, and they are all dead before the server can declare its nodes NOT_READY
+# and place their tasks elsewhere:
+#
+#     lease_s + kill_grace_s + heartbeat_write_s + FENCE_MARGIN_S <= node_timeout_s
+#
+# ``heartbeat_write_s``: the server writes a node's ``last_seen`` at most this often, so it may lag
+# the last report by that much. The margin covers the tasks' lease checks (every 0.25 s), a
+# signal's delivery and the two clocks' rates.
+FENCE_MARGIN_S = 1.0
+# Agents report at least every 2 s: a shorter lease would stop tasks of a healthy agent.
+MIN_LEASE_S = 3.0
+
+
+class FencingError(ValueError):
+    """The node timeout leaves no room for a lease (see ``ServerSettings.check_fencing``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +40,32 @@ class ServerSettings:
     # A server on the network (`shoal server start`): HTTPS only with HOME/pki, agents join with
     # tokens and call with their node certificates. False: local mode, plain HTTP on loopback.
     tls: bool = False
+
+    @property
+    def heartbeat_write_s(self) -> float:
+        """How often a node's heartbeat (``last_seen``) is written (a fraction of the timeout)."""
+        return min(5.0, self.node_timeout_s / 4)
+
+    @property
+    def lease_s(self) -> float:
+        """How long an agent's tasks may run on after its last acknowledged report was sent."""
+        return self.node_timeout_s - self.heartbeat_write_s - self.kill_grace_s - FENCE_MARGIN_S
+
+    def check_fencing(self) -> None:
+        """Raise ``FencingError`` naming the settings when the lease would be too short."""
+        if self.lease_s >= MIN_LEASE_S:
+            return
+        needed = MIN_LEASE_S + self.kill_grace_s + FENCE_MARGIN_S
+        # the heartbeat write interval comes on top: a quarter of the timeout, at most 5 s
+        needed = needed / 0.75 if needed / 0.75 <= 20.0 else needed + 5.0
+        raise FencingError(
+            f"--node-timeout {self.node_timeout_s:g}s is too short for --kill-grace "
+            f"{self.kill_grace_s:g}s: agents stop their tasks {self.lease_s:g}s after their last "
+            f"acknowledged report (node timeout - heartbeat write interval "
+            f"{self.heartbeat_write_s:g}s - kill grace - margin {FENCE_MARGIN_S:g}s), and the "
+            f"lease must be at least {MIN_LEASE_S:g}s; raise --node-timeout to "
+            f"{_ceil_half(needed):g}s or more, or lower --kill-grace"
+        )
 
     @property
     def url(self) -> str:
@@ -41,3 +84,7 @@ class ServerSettings:
     def blobs_dir(self) -> Path:
         """Code archives and data sets by sha256 (``sha256/<hash>``; uploads under way: tmp/)."""
         return self.home / "blobs"
+
+
+def _ceil_half(value: float) -> float:
+    return -(-value * 2 // 1) / 2

@@ -56,6 +56,8 @@ class Node(Base):
     state: Mapped[str] = mapped_column(String(16), default="READY")
     hold: Mapped[str] = mapped_column(String(16), default="NONE", server_default="NONE")
     agent_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # rises each time the node goes NOT_READY: launches carry it, reports of older ones are stale
+    epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     last_seen: Mapped[float] = mapped_column(Float)
     registered_at: Mapped[float] = mapped_column(Float)
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

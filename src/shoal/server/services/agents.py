@@ -5,7 +5,7 @@ restarts: reports are repeated until acknowledged, launches until the agent repo
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, select, update
 from starlette.concurrency import run_in_threadpool
 
 from shoal.core.envcontract import JobEnvironment
@@ -27,7 +27,7 @@ from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.node_life import change_node
-from shoal.server.services.reports import apply_report
+from shoal.server.services.reports import apply_report, node_epochs
 from shoal.server.services.snapshot import spec_of
 from shoal.spec.model import SourceFormat
 from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
@@ -39,7 +39,7 @@ ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
     """Apply an agent's report: nodes, started and exited attempts (idempotent)."""
     acked, stale = apply_report(ctx, request)
-    return ReportResponse(acked=acked, kill=stale)
+    return ReportResponse(acked=acked, kill=stale, lease_s=ctx.settings.lease_s)
 
 
 async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
@@ -87,14 +87,18 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
             for peer in session.scalars(_GANGS, {"ids": job_ids}):
                 tasks[peer.id] = peer
                 gangs.setdefault((peer.job_id, peer.job_attempt), []).append(peer)
+            epochs = node_epochs(session, request.nodes)
             for row in new:
                 task = tasks[row.id]
                 peers = sorted(gangs[(task.job_id, task.job_attempt)], key=lambda t: t.id)
-                launch.append(_launch_order(ctx, jobs[task.job_id], task, peers))
+                epoch = epochs.get(task.node, 0)
+                launch.append(_launch_order(ctx, jobs[task.job_id], task, peers, epoch))
     return OrdersResponse(launch=launch, kill=kill)
 
 
-def _launch_order(ctx: ServerContext, job: Job, task: Task, peers: list[Task]) -> LaunchOrder:
+def _launch_order(
+    ctx: ServerContext, job: Job, task: Task, peers: list[Task], epoch: int
+) -> LaunchOrder:
     spec = spec_of(job)
     environment = JobEnvironment(
         env_job(spec, job.id, job.user, job.virtual_cluster), [placement_of(t) for t in peers]
@@ -125,6 +129,7 @@ def _launch_order(ctx: ServerContext, job: Job, task: Task, peers: list[Task]) -
         inherited_env=job.inherited_env,
         workdir=None if job.has_code else job.submit_dir,
         ports={label: list(ports) for label, ports in task.ports},
+        epoch=epoch,
     )
 
 
@@ -167,6 +172,7 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
         ):
             timeout = ctx.settings.node_timeout_s
             change_node(session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout)
+            node.epoch += 1  # reports about attempts launched before this are stale from now on
             changed = True
             for task in session.scalars(
                 select(Task).where(Task.node == node.name, Task.state.in_(ACTIVE_TASK))
@@ -174,3 +180,14 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
                 on_exit(session, task, ProcessExit(None, lost=True), now)
     ctx.wake_agents(noted_news(session))  # the lost tasks' peers on other nodes are killed
     return changed
+
+
+def restart_node_clocks(ctx: ServerContext) -> int:
+    """On server start, every READY node counts as just heard from: the server's own down time is
+    not held against agents, which get a full node timeout to report again (their tasks run on
+    within their lease meanwhile). Returns how many nodes were touched."""
+    with ctx.db.write() as session:
+        result = session.execute(
+            update(Node).where(Node.state == "READY").values(last_seen=ctx.clock())
+        )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -1,18 +1,25 @@
 """Write a ``Plan`` to the store with guarded updates: a decision made on a stale snapshot (the job
-changed since) is dropped, never half-applied."""
+changed since, or a node it places on is no longer schedulable or no longer has the room) is
+dropped, never half-applied: the job stays queued and the next cycle decides again."""
 
 from __future__ import annotations
+
+import logging
 
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from shoal.core.plan import Admission, PendingReason, Plan, Preemption
+from shoal.core.recheck import Held, recheck_admission
 from shoal.core.states import JobEvent, State, advance_job
 from shoal.server.context import ServerContext
 from shoal.server.notify import note_news, noted_news
 from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
-from shoal.store.models import Job, Task
+from shoal.server.services.nodes import HOLDING, node_state
+from shoal.store.models import Job, Node, Task
+
+log = logging.getLogger("shoal.scheduler")
 
 
 def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
@@ -79,11 +86,50 @@ _ADMIT = (
     .returning(Job.attempt)
 )
 _INSERT_TASK = insert(Task)
+_NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
+_HELD = select(Task.node, Task.cpu_millis, Task.memory_mib, Task.gpu_indices, Task.ports).where(
+    Task.node.in_(bindparam("nodes", expanding=True)), Task.state.in_(HOLDING)
+)
+
+
+def still_fits(session: Session, admission: Admission) -> str | None:
+    """Why the admission's nodes cannot take it any more (None: they can), read inside the
+    write transaction: tasks inserted by earlier admissions of the same plan count too."""
+    names = sorted({p.node for p in admission.placements})
+    rows = session.connection().execute(_NODES, {"nodes": names}).all()
+    nodes = {row.name: node_state(row) for row in rows}
+    held_back = {
+        row.name: row.state if row.state != "READY" else row.hold
+        for row in rows
+        if row.state != "READY" or row.hold != "NONE"
+    }
+    held = [
+        Held(
+            row.node,
+            row.cpu_millis,
+            row.memory_mib,
+            tuple(row.gpu_indices),
+            tuple(p for _, ports in row.ports for p in ports),
+        )
+        for row in session.connection().execute(_HELD, {"nodes": names})
+    ]
+    return recheck_admission(admission, nodes, held_back, held)
 
 
 def _admit(session: Session, admission: Admission, seen: int | None, now: float) -> bool:
     """Admit the job with every task placed (gang), or not at all if it changed meanwhile."""
     if seen is None:
+        return False
+    why_not = still_fits(session, admission)
+    if why_not is not None:
+        log.info("placement of job %s dropped: %s", admission.job_id, why_not)
+        record(
+            session,
+            admission.job_id,
+            now,
+            "replanned",
+            f"placement dropped before it was written: {why_not}; the job stays queued",
+        )
         return False
     connection = session.connection()
     params = {"job_id": admission.job_id, "seen": seen, "now": now}

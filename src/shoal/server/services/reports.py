@@ -2,6 +2,11 @@
 started tasks it no longer mentions (lost with an agent restart). Idempotent: exits are repeated
 until acknowledged.
 
+Fencing: a report about an attempt launched under an older epoch of its node (the node went
+NOT_READY since, so the attempt was declared lost) changes nothing: a running one is answered with
+a kill, an exit is acknowledged and dropped. The attempt number guards the same way within an
+epoch: only the task's current attempt is ever changed by a report.
+
 A report costs a fixed handful of queries whatever the number of tasks: one plain query reads
 the state of every task the report names (and of the started tasks on its nodes); only the tasks
 that change are loaded as objects. A report that changes nothing worth a write needs no
@@ -41,6 +46,7 @@ _NAMED = select(Task.id, Task.attempt, Task.state, Task.launch_acked, Task.node,
     )
 )
 _NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
+_EPOCHS = select(Node.name, Node.epoch).where(Node.name.in_(bindparam("nodes", expanding=True)))
 _TASKS = select(Task).where(Task.id.in_(bindparam("ids", expanding=True)))
 _JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True)))
 
@@ -82,6 +88,25 @@ def vanished(named: dict[str, Any], request: ReportRequest) -> list[Any]:
     ]
 
 
+def node_epochs(session: Session, names: list[str]) -> dict[str, int]:
+    rows = session.connection().execute(_EPOCHS, {"nodes": sorted(set(names))})
+    return {row.name: row.epoch for row in rows}
+
+
+def is_stale(row: Any, epoch: int, epochs: dict[str, int]) -> bool:
+    """Must the attempt (its task's row, None if not its current attempt) not run? It must not
+    when it is not the task's current attempt, its task has ended, or it was launched under an
+    older epoch of its node (the node went NOT_READY since: the attempt was declared lost)."""
+    if row is None or State(row.state).is_terminal:
+        return True
+    return epoch < epochs.get(row.node, 0)
+
+
+def _epochs_for(session: Session, request: ReportRequest, named: dict[str, Any]) -> dict[str, int]:
+    names = [n.name for n in request.nodes] + [row.node for row in named.values()]
+    return node_epochs(session, names)
+
+
 def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str], list[str]]:
     """Returns the exits acknowledged and the attempts the agent should kill."""
     now = ctx.clock()
@@ -92,22 +117,26 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
     stale: list[str] = []
     with ctx.db.write() as session:
         named = _named(session, request)
+        epochs = _epochs_for(session, request, named)
         lost = vanished(named, request)
-        loaded = _load_changing(ctx, session, request, named, lost)
+        loaded = _load_changing(ctx, session, request, named, lost, epochs)
         changed = False
         ended: set[str] = set()  # nodes where a task ended
+        refresh_s = ctx.settings.heartbeat_write_s / 2
         for node in request.nodes:
             changed |= _upsert_node(
-                session, request.agent_id, node, now, _heartbeat_s(ctx) / 2, request.agent_version
+                session, request.agent_id, node, now, refresh_s, request.agent_version
             )
         for running in request.running:
             row = named.get(running.attempt_id)
-            if row is None or State(row.state).is_terminal:
+            if row is None or is_stale(row, running.epoch, epochs):
                 stale.append(running.attempt_id)  # not ours to run (any more): kill it
             elif row.id in loaded.tasks:
                 _note_running(ctx, session, loaded.tasks[row.id], running, now)
         for report in request.exited:
             task = task_by_attempt(session, report.attempt_id)
+            if task is not None and report.epoch < epochs.get(task.node, 0):
+                task = None  # an attempt of an older epoch: it was declared lost already
             if task is not None:
                 result = ProcessExit(
                     report.exit_code,
@@ -116,6 +145,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                     report.timed_out,
                     report.launch_error,
                     agent_shutdown=report.agent_shutdown,
+                    fenced=report.fenced,
                 )
                 if task.started_at is None and report.started_at is not None:
                     task.started_at = report.started_at
@@ -153,12 +183,13 @@ def _load_changing(
     request: ReportRequest,
     named: dict[str, Any],
     lost: list[Any],
+    epochs: dict[str, int],
 ) -> _Loaded:
     """Load, in two queries, the tasks this report changes and their jobs."""
     ids = {row.id for row in lost}
     for running in request.running:
         row = named.get(running.attempt_id)
-        if row is None or State(row.state).is_terminal:
+        if row is None or is_stale(row, running.epoch, epochs):
             continue
         fresh = running.attempt_id not in ctx.seen_attempts or not row.launch_acked
         if fresh or row.state == State.WAITING.value or row.usage != running.usage:
@@ -171,17 +202,12 @@ def _load_changing(
     return _Loaded(tasks, list(session.scalars(_JOBS, {"ids": job_ids})))
 
 
-def _heartbeat_s(ctx: ServerContext) -> float:
-    """How often a node's heartbeat is written (a fraction of the node timeout)."""
-    return min(5.0, ctx.settings.node_timeout_s / 4)
-
-
 def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] | None:
     """If the report changes nothing worth a write (heartbeats are written every few seconds),
     the attempts to kill; else None."""
     if request.exited:
         return None
-    every = _heartbeat_s(ctx)
+    every = ctx.settings.heartbeat_write_s
     with ctx.db.read() as session:
         nodes = {
             n.name: n for n in session.scalars(_NODES, {"nodes": [n.name for n in request.nodes]})
@@ -200,10 +226,14 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
             ):
                 return None
         named = _named(session, request)
+        epochs = {name: node.epoch for name, node in nodes.items()}
+        others = [row.node for row in named.values() if row.node not in epochs]
+        if others:
+            epochs.update(node_epochs(session, others))
     stale: list[str] = []
     for running in request.running:
         row = named.get(running.attempt_id)
-        if row is None or State(row.state).is_terminal:
+        if row is None or is_stale(row, running.epoch, epochs):
             stale.append(running.attempt_id)
         elif not row.launch_acked or running.attempt_id not in ctx.seen_attempts:
             return None

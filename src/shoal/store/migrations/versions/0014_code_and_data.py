@@ -1,7 +1,7 @@
 """code and data: jobs name their code archive by sha256 and pin their data sets; data sets
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-11-25 08:30:00.000000
 
 ``jobs.code_hash`` is the sha256 of the job's code archive in the blob store (jobs stored before
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
