@@ -104,8 +104,12 @@ def submit(api: TestClient, name: str, gpu: int = 0, extra: str = "", role: str 
 
 
 def task_row(ctx: ServerContext, job_id: str) -> tuple[str, int, str, str]:
+    """The job's task of its latest attempt."""
     with ctx.db.read() as session:
-        task = session.scalars(select(Task).where(Task.job_id == job_id)).one()
+        task = session.scalars(
+            select(Task).where(Task.job_id == job_id).order_by(Task.id.desc())
+        ).first()
+        assert task is not None
         return task.attempt_id, task.attempt, task.state, task.node
 
 
@@ -125,7 +129,7 @@ def test_a_report_of_an_older_epoch_never_changes_the_newer_attempt(
 ) -> None:
     answer = report(api, home, ["n0"])
     assert answer["lease_s"] == ctx.settings.lease_s == 14.0
-    job_id = submit(api, "epochs", role="    retries: 3\n")
+    job_id = submit(api, "epochs", extra="retries: 3\n")
     assert run_cycle(ctx) == 1
     (launch,) = orders(api, home, ["n0"])["launch"]
     assert launch["epoch"] == 0
@@ -133,17 +137,18 @@ def test_a_report_of_an_older_epoch_never_changes_the_newer_attempt(
     assert report(api, home, ["n0"], running=[running(first, 0)])["kill"] == []
     assert task_row(ctx, job_id)[2] == "RUNNING"
 
-    go_not_ready(ctx)  # the node's tasks are lost; the task is retried in place (attempt 2)
+    go_not_ready(ctx)  # the node's tasks are lost; the job is placed again (its retries)
     with ctx.db.read() as session:
         assert session.get(Node, "n0").epoch == 1  # type: ignore[union-attr]
     answer = report(api, home, ["n0"], running=[running(first, 0)])  # the agent comes back
     assert answer["kill"] == [first]
+    assert run_cycle(ctx) == 1  # n0 is READY again: the new attempt lands there
     (launch,) = orders(api, home, ["n0"])["launch"]
     second = launch["attempt_id"]
-    assert (second, launch["epoch"]) == (first.replace(".1", ".2"), 1)
+    assert second != first and launch["epoch"] == 1
     assert report(api, home, ["n0"], running=[running(second, 1)])["kill"] == []
     before = task_row(ctx, job_id)
-    assert before[1:3] == (2, "RUNNING")
+    assert before[0] == second and before[2] == "RUNNING"
 
     # The old attempt's reports, late: a run, its exit, and even the new attempt's id under the
     # old epoch: none changes the newer attempt; the runs are answered with kills.
@@ -161,6 +166,36 @@ def test_a_report_of_an_older_epoch_never_changes_the_newer_attempt(
     own_exit = {"attempt_id": second, "exit_code": 0, "finished_at": 3.0, "epoch": 1}
     report(api, home, ["n0"], exited=[own_exit])
     assert task_row(ctx, job_id)[2] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("job_retries", [0, 1])
+def test_a_task_lost_with_its_node_is_not_retried_in_place_there(
+    api: TestClient, home: Path, ctx: ServerContext, job_retries: int
+) -> None:
+    report(api, home, ["n0"])
+    extra = f"retries: {job_retries}\n" if job_retries else ""
+    job_id = submit(api, "lost", extra=extra, role="    retries: 3\n")  # in-place retries too
+    run_cycle(ctx)
+    (launch,) = orders(api, home, ["n0"])["launch"]
+    report(api, home, ["n0"], running=[running(launch["attempt_id"], 0)])
+    report(api, home, ["n1"])  # another node, heard from later
+    now = ctx.clock
+    ctx.clock = lambda: now() + ctx.settings.node_timeout_s + 1  # type: ignore[method-assign]
+    with ctx.db.write() as session:  # n1 is heard from at that time; n0 is not
+        n1 = session.get(Node, "n1")
+        assert n1 is not None
+        n1.last_seen = ctx.clock()
+    assert lose_silent_nodes(ctx)
+    ctx.clock = now  # type: ignore[method-assign]
+    job = api.get(f"/api/v1/jobs/{job_id}").json()
+    events = [e["kind"] for e in api.get(f"/api/v1/jobs/{job_id}/events").json()]
+    assert "retried" not in events, events  # never "will run again on n0"
+    if not job_retries:
+        assert job["state"] == "FAILED" and job["exitClass"] == "PLATFORM_FAILURE", job
+        return
+    assert job["state"] == "WAITING", job
+    assert run_cycle(ctx) == 1
+    assert task_row(ctx, job_id)[3] == "n1"  # placed again, on the node that is up
 
 
 def test_a_fenced_exit_is_a_platform_failure_that_names_fencing(

@@ -23,6 +23,7 @@ from shoal.core.lifecycle import (
     stop_reason,
     stopped_job,
 )
+from shoal.core.nodestates import Liveness
 from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
 from shoal.server.notify import note_news
 from shoal.server.services.accounting import fold_attempt
@@ -30,7 +31,7 @@ from shoal.server.services.events import record
 from shoal.server.services.jobs import request_kill
 from shoal.server.services.port_clash import PORT_CLASH
 from shoal.server.services.snapshot import spec_of
-from shoal.store.models import Job, Task
+from shoal.store.models import Job, Node, Task
 
 # The task event that ends a task in each final state.
 _ENDING = {
@@ -89,6 +90,7 @@ def on_exit(
         and job.completing is None
         and job.state == State.RUNNING.value
         and should_retry_task(end.exit_class, task.attempt - 1, limit)
+        and _node_is_up(session, task.node)  # a retry in place on a lost node waits for it
     )
     record(
         session,
@@ -107,6 +109,13 @@ def on_exit(
     if result.agent_shutdown:
         _interrupt(session, job, SHUTDOWN, stop_reason(StopCause.AGENT_SHUTDOWN, task.node), now)
     settle_job(session, job, now, task)
+
+
+def _node_is_up(session: Session, name: str) -> bool:
+    """Whether a task may be retried in place on ``name``: a NOT_READY (or removed) node's tasks
+    are not; the job's own retries place its gang again on the nodes that are up."""
+    node = session.get(Node, name)
+    return node is not None and node.state == Liveness.READY.value
 
 
 def _interrupt(session: Session, job: Job, why: str, diagnostics: str, now: float) -> None:
