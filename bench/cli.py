@@ -32,7 +32,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from launch import machine, percentile, start_cluster  # bench/launch.py, beside this script
+from launch import (  # bench/launch.py, beside this script
+    machine,
+    percentile,
+    replace_region,
+    start_cluster,
+)
 from shoal.client import ShoalClient
 from shoal.local.supervisor import stop_local
 
@@ -147,7 +152,7 @@ def main() -> None:
     Console().print(f"machine: {data['machine']}")
     Console().print(table(data))
     if not args.no_docs:
-        rewrite_docs(markdown(data))
+        replace_region(DOC, BEGIN, END, markdown(data))
 
 
 def _commit(tree: Path = ROOT) -> str:
@@ -211,15 +216,6 @@ def markdown(data: dict[str, object]) -> str:
             f"`{data['baseline_commit']}`) first on PYTHONPATH, {data['baseline_runs']} runs each.",
         ]
     return "\n".join(lines)
-
-
-def rewrite_docs(region: str) -> None:
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} region")
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(f"{head}{BEGIN}\n{region}\n{END}{tail}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))  # tests.multihost: the namespace lab and the rack
 from tests.multihost.netns import NetnsLab  # noqa: E402
 from tests.multihost.rack import Rack, build_rack  # noqa: E402
 
-from launch import machine, percentile  # noqa: E402  bench/launch.py, beside this script
+from launch import machine, percentile, replace_region  # noqa: E402  bench/launch.py, beside this script
 from shoal.agent.identity import Connection, Identity, join  # noqa: E402
 from shoal.pki import JoinToken  # noqa: E402
 from shoal.protocol import AgentNode, OrdersRequest, ReportRequest  # noqa: E402
@@ -238,15 +238,6 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rewrite_docs(region: str) -> None:
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} region")
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(f"{head}{BEGIN}\n{region}\n{END}{tail}")
-
-
 def commit() -> str:
     head = (ROOT / ".git" / "HEAD").read_text().strip()
     if head.startswith("ref: "):
@@ -303,7 +294,7 @@ def main() -> None:
         name, value = line.strip("|").split(" | ")
         shown.add_row(name.strip(), value.strip())
     Console().print(shown)
-    rewrite_docs(region)
+    replace_region(DOC, BEGIN, END, region)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,16 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, Python {python}, {platform.platform()}"
 
 
+def replace_region(doc: Path, begin: str, end: str, region: str) -> None:
+    """Rewrite the part of ``doc`` between the ``begin`` and ``end`` markers (nothing else)."""
+    text = doc.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{doc} has no {begin} ... {end} region")
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    doc.write_text(f"{head}{begin}\n{region}\n{end}{tail}")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]

@@ -18,11 +18,17 @@ from typing import Any
 import psutil
 import pytest
 
+from shoal.agent.cache import NodeCache
+from shoal.agent.identity import Connection
 from shoal.agent.journal import Found, Journal, SavedAttempt, boot_clock, same_process
 from shoal.agent.main import Agent
 from shoal.agent.runner import Runner
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, LaunchOrder
 from tests.integration.conftest import port_base
+
+
+def no_downloads(path: str, sink: object) -> None:
+    raise AssertionError(f"these tasks have no code or data, yet {path} was asked for")
 
 
 def order(attempt_id: str, command: str, grace: float = 1.0, **extra: Any) -> LaunchOrder:
@@ -64,7 +70,7 @@ def home(tmp_path: Path) -> Path:
 
 
 def test_a_saved_attempt_is_private_atomic_and_keeps_no_secret(home: Path) -> None:
-    runner = Runner(home, lambda _job: None)
+    runner = Runner(home, NodeCache(home / "cache", no_downloads))
     runner.launch(order("1.1", "echo $X; sleep 30", secrets={"$X": "hunter2"}))
     stdout = runner.attempts["1.1"].log_dir / "stdout"
     try:
@@ -88,11 +94,11 @@ def test_a_saved_attempt_is_private_atomic_and_keeps_no_secret(home: Path) -> No
 
 
 def test_a_new_runner_adopts_a_live_attempt_and_reads_its_exit_code(home: Path) -> None:
-    first = Runner(home, lambda _job: None)
+    first = Runner(home, NodeCache(home / "cache", no_downloads))
     first.launch(order("2.1", "echo before; sleep 1.5; echo after; exit 3"))
     wait_until(lambda: (first.attempts["2.1"].log_dir / "stdout").read_text() == "before\n")
     # the first agent is gone (its runner is simply dropped); a new one starts on the same home
-    second = Runner(home, lambda _job: None)
+    second = Runner(home, NodeCache(home / "cache", no_downloads))
     assert second.recover() == ["2.1"]
     adopted = second.attempts["2.1"]
     assert adopted.adopted and adopted.exit is None and adopted.proc is None
@@ -105,13 +111,13 @@ def test_a_new_runner_adopts_a_live_attempt_and_reads_its_exit_code(home: Path) 
 
 
 def test_an_attempt_that_ended_while_no_agent_ran_is_reported_with_its_code(home: Path) -> None:
-    first = Runner(home, lambda _job: None)
+    first = Runner(home, NodeCache(home / "cache", no_downloads))
     first.launch(order("3.1", "exit 7"))
     keeper = first.attempts["3.1"].pid
     assert keeper is not None
     wait_until(lambda: psutil.Process(keeper).status() == psutil.STATUS_ZOMBIE)
     assert not same_process(keeper, first.attempts["3.1"].create_time)  # a zombie is dead
-    second = Runner(home, lambda _job: None)
+    second = Runner(home, NodeCache(home / "cache", no_downloads))
     second.recover()
     report = second.attempts["3.1"].exit
     assert report is not None and (report.exit_code, report.epoch) == (7, 3)
@@ -134,7 +140,7 @@ def test_a_saved_pid_that_names_another_process_now_is_not_adopted(home: Path) -
     )
     journal.save(saved)
     assert journal.find(saved) is Found.VANISHED
-    runner = Runner(home, lambda _job: None)
+    runner = Runner(home, NodeCache(home / "cache", no_downloads))
     runner.recover()
     report = runner.attempts["4.1"].exit
     assert report is not None and (report.exit_code, report.signal) == (None, 9)
@@ -145,7 +151,7 @@ def test_a_saved_pid_that_names_another_process_now_is_not_adopted(home: Path) -
 def test_the_keeper_stops_its_task_when_the_lease_runs_out(home: Path) -> None:
     journal = Journal(home)
     journal.extend_lease(boot_clock() + 1.0)
-    runner = Runner(home, lambda _job: None)
+    runner = Runner(home, NodeCache(home / "cache", no_downloads))
     trap = "trap 'echo stopped; exit 143' TERM; echo up; sleep 30 & wait"
     runner.launch(order("5.1", trap))
     started = time.monotonic()
@@ -158,7 +164,7 @@ def test_the_keeper_stops_its_task_when_the_lease_runs_out(home: Path) -> None:
 
 def test_a_fenced_task_that_ignores_sigterm_is_killed_after_its_grace(home: Path) -> None:
     Journal(home).extend_lease(boot_clock() - 1.0)  # already run out
-    runner = Runner(home, lambda _job: None)
+    runner = Runner(home, NodeCache(home / "cache", no_downloads))
     runner.launch(order("6.1", "trap '' TERM; sleep 30", grace=0.5))
     report = wait_exit(runner, "6.1")
     assert report.fenced and (report.exit_code, report.signal) == (None, 9)
@@ -206,7 +212,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stale_run(home: Path) -> Iterator[tuple[Runner, int, float]]:
-    first = Runner(home, lambda _job: None)
+    first = Runner(home, NodeCache(home / "cache", no_downloads))
     first.launch(order("8.1", "trap 'sleep 0.5; exit 143' TERM; sleep 60 & wait"))
     attempt = first.attempts["8.1"]
     assert attempt.pid is not None and attempt.create_time is not None
@@ -221,7 +227,8 @@ def test_a_restarted_agent_kills_stale_attempts_before_it_takes_orders(
     server = StandIn(port_base() + 3960, ["8.1"], keeper, create_time)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    agent = Agent(f"http://127.0.0.1:{server.server_address[1]}", "t", home, [], "restarted")
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    agent = Agent(Connection.bearer(url, "t"), home, [], "restarted")
     try:
         agent.start()
         wait_until(lambda: server.first_orders is not None)
@@ -241,14 +248,14 @@ def test_a_restarted_agent_kills_stale_attempts_before_it_takes_orders(
 def test_an_attempt_saved_before_its_keeper_pid_is_found_by_its_command_line(
     home: Path,
 ) -> None:
-    first = Runner(home, lambda _job: None)
+    first = Runner(home, NodeCache(home / "cache", no_downloads))
     first.launch(order("9.1", "sleep 30"))
     keeper = first.attempts["9.1"]
     journal = Journal(home)
     saved = keeper.saved()
     journal.save(saved.model_copy(update={"pid": None, "create_time": None}))  # as if cut short
     try:
-        second = Runner(home, lambda _job: None)
+        second = Runner(home, NodeCache(home / "cache", no_downloads))
         second.recover()
         adopted = second.attempts["9.1"]
         assert adopted.exit is None and adopted.pid == keeper.pid
@@ -257,7 +264,7 @@ def test_an_attempt_saved_before_its_keeper_pid_is_found_by_its_command_line(
         first.stop_all(0.5)
     missing = SavedAttempt(order=order("9.2", "true"), workdir="w", log_dir="l")
     journal.save(missing)
-    third = Runner(home, lambda _job: None)
+    third = Runner(home, NodeCache(home / "cache", no_downloads))
     third.recover()
     report = third.attempts["9.2"].exit
     assert report is not None and report.launch_error == "its agent stopped as it launched"

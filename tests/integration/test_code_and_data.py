@@ -280,6 +280,7 @@ def test_the_node_cache_survives_an_interrupted_download(tmp_path: Path) -> None
         hostfile="",
         has_code=False,
         kill_grace_s=1,
+        epoch=0,
         data=[DataMount(ref="d", sha256=digest, kind="file", size=len(body))],
     )
     for expected in ("connection reset", "sha256"):

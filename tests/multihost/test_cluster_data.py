@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.multihost.netns import NetnsLab, namespaces_usable
-from tests.multihost.rack import Rack, build_rack
+from tests.multihost.conftest import MakeRack
+from tests.multihost.netns import namespaces_usable
+from tests.multihost.rack import Rack
 
 pytestmark = pytest.mark.skipif(
     namespaces_usable() is not None, reason=f"no network namespaces: {namespaces_usable()}"
@@ -29,16 +29,8 @@ roles:
 
 
 @pytest.fixture
-def rack(tmp_path: Path) -> Iterator[Rack]:
-    lab = NetnsLab.create(3)
-    built: Rack | None = None
-    try:
-        built = build_rack(lab, tmp_path, nodes=2)
-        yield built
-    finally:
-        if built is not None:
-            built.close()
-        lab.destroy()
+def rack(make_rack: MakeRack) -> Rack:
+    return make_rack(nodes=2)
 
 
 def _as_user(rack: Rack, name: str) -> dict[str, str]:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.multihost.netns import NetnsLab, namespaces_usable
-from tests.multihost.rack import Rack, build_rack
+from tests.multihost.conftest import MakeRack
+from tests.multihost.netns import namespaces_usable
+from tests.multihost.rack import Rack
 
 pytestmark = pytest.mark.skipif(
     namespaces_usable() is not None, reason=f"no network namespaces: {namespaces_usable()}"
@@ -78,16 +78,8 @@ def assert_never_two_at_once(stamps: Path) -> list[Interval]:
 
 
 @pytest.fixture
-def rack(tmp_path: Path) -> Iterator[Rack]:
-    lab = NetnsLab.create(4)
-    built: Rack | None = None
-    try:
-        built = build_rack(lab, tmp_path, nodes=3, node_timeout_s=NODE_TIMEOUT_S, kill_grace_s=1.0)
-        yield built
-    finally:
-        if built is not None:
-            built.close()
-        lab.destroy()
+def rack(make_rack: MakeRack) -> Rack:
+    return make_rack(nodes=3, node_timeout_s=NODE_TIMEOUT_S, kill_grace_s=1.0)
 
 
 def _submit(rack: Rack, tmp_path: Path, seconds: int) -> tuple[str, Path]:

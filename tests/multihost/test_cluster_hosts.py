@@ -13,13 +13,13 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.multihost.netns import NetnsLab, namespaces_usable
-from tests.multihost.rack import Rack, build_rack
+from tests.multihost.conftest import MakeRack
+from tests.multihost.netns import namespaces_usable
+from tests.multihost.rack import Rack
 
 pytestmark = pytest.mark.skipif(
     namespaces_usable() is not None, reason=f"no network namespaces: {namespaces_usable()}"
@@ -28,16 +28,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture
-def rack(tmp_path: Path) -> Iterator[Rack]:
-    lab = NetnsLab.create(4)
-    built: Rack | None = None
-    try:
-        built = build_rack(lab, tmp_path, nodes=3)
-        yield built
-    finally:
-        if built is not None:
-            built.close()
-        lab.destroy()
+def rack(make_rack: MakeRack) -> Rack:
+    return make_rack(nodes=3)
 
 
 def _submit(rack: Rack, path: Path, *args: str) -> str:

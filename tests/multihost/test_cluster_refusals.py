@@ -7,16 +7,15 @@ from __future__ import annotations
 import os
 import ssl
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from shoal.client import ShoalClient, UntrustedServer
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
-from tests.multihost.netns import NetnsLab, namespaces_usable
-from tests.multihost.rack import Rack, build_rack
+from tests.multihost.conftest import MakeRack
+from tests.multihost.netns import namespaces_usable
+from tests.multihost.rack import Rack
 
 pytestmark = pytest.mark.skipif(
     namespaces_usable() is not None, reason=f"no network namespaces: {namespaces_usable()}"
@@ -24,16 +23,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def rack(tmp_path: Path) -> Iterator[Rack]:
-    lab = NetnsLab.create(3)
-    built: Rack | None = None
-    try:
-        built = build_rack(lab, tmp_path, nodes=2)
-        yield built
-    finally:
-        if built is not None:
-            built.close()
-        lab.destroy()
+def rack(make_rack: MakeRack) -> Rack:
+    return make_rack(nodes=2)
 
 
 def _join_as(rack: Rack, line: list[str], name: str) -> tuple[int, str]:

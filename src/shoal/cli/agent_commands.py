@@ -9,9 +9,9 @@ from pathlib import Path
 
 import typer
 
+from shoal.cli.cluster_commands import memory_option_mib
 from shoal.cli.common import fail
 from shoal.cli.render import console, err_console
-from shoal.spec import units
 
 # shoal.agent is imported inside the commands only: `shoal --help` stays fast.
 
@@ -39,6 +39,7 @@ def local_agent(
     address: str = typer.Option("127.0.0.1", "--address", hidden=True),
     port_base: int = typer.Option(20000, "--port-base", min=1024, max=64000, hidden=True),
     grace: float = typer.Option(10.0, "--grace", hidden=True),
+    node_prefix: str = typer.Option("node", "--node-prefix", hidden=True),
 ) -> None:
     """With no subcommand: the local-mode agent in the foreground (what `shoal up` starts)."""
     if ctx.invoked_subcommand is not None:
@@ -51,7 +52,18 @@ def local_agent(
     from shoal.cli.cluster_commands import agent
 
     agent(
-        server_url, token_file, home, nodes, cpus, memory, gpus, gpu_type, address, port_base, grace
+        server_url,
+        token_file,
+        home,
+        nodes,
+        cpus,
+        memory,
+        gpus,
+        gpu_type,
+        address,
+        port_base,
+        grace,
+        node_prefix,
     )
 
 
@@ -65,15 +77,6 @@ def _labels(text: str | None) -> dict[str, str]:
             raise typer.BadParameter(f"{item!r}: write labels as k=v,k2=v2", param_hint="--labels")
         labels[key] = value
     return labels
-
-
-def _memory(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return units.memory_mib(value)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{exc}; {units.MEMORY_HINT}", param_hint="--memory") from None
 
 
 @agent_app.command("join")
@@ -116,7 +119,7 @@ def join(
         node=node,
         labels=_labels(labels),
         cpus=cpus,
-        memory_mib=_memory(memory),
+        memory_mib=memory_option_mib(memory),
         gpus=gpus,
         address=address,
         port_base=port_base,

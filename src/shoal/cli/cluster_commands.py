@@ -24,7 +24,8 @@ from shoal.spec import units
 node_app = typer.Typer(help="Nodes of the cluster.", no_args_is_help=True)
 
 
-def _memory(value: str | None) -> int | None:
+def memory_option_mib(value: str | None) -> int | None:
+    """A --memory option in MiB (None: not given), or a usage error naming the option."""
     if value is None:
         return None
     try:
@@ -96,7 +97,7 @@ def up(
         port=choose_port(port),
         nodes=nodes,
         cpus=cpus,
-        memory_mib=_memory(memory),
+        memory_mib=memory_option_mib(memory),
         gpus=gpus,
         gpu_type=gpu_type,
         kill_grace_s=kill_grace,
@@ -304,7 +305,14 @@ def agent(
     if not token_file.exists():
         raise fail(f"token file {token_file} does not exist")
     specs = local_nodes(
-        nodes, cpus, _memory(memory), gpus, gpu_type, address, node_prefix, port_base=port_base
+        nodes,
+        cpus,
+        memory_option_mib(memory),
+        gpus,
+        gpu_type,
+        address,
+        node_prefix,
+        port_base=port_base,
     )
     home.mkdir(parents=True, exist_ok=True)
     connection = Connection.bearer(server_url, token_file.read_text().strip())
