@@ -68,7 +68,7 @@ def run(
     them; --no-inherit-env: none) and, without a code directory, in this directory."""
     import psutil
 
-    from shoal.cli.cluster_commands import _memory
+    from shoal.cli.cluster_commands import memory_option_mib
     from shoal.cli.code_upload import upload_code
     from shoal.cli.job_remote import _local_code_dir
     from shoal.local.foreground import RunOptions
@@ -77,7 +77,7 @@ def run(
     params = parse_params(param)
     task_env = task_environment(env, env_from_shell, no_inherit_env)
     code_dir = _local_code_dir(file, fmt, params)
-    memory_mib = _memory(memory)
+    memory_mib = memory_option_mib(memory)
     if cpus is None or memory_mib is None:
         need_cpus, need_memory = _job_needs(file, fmt, params, nodes)
         cpus = cpus if cpus is not None else max(float(os.cpu_count() or 1), need_cpus)
