@@ -111,3 +111,13 @@ def test_the_ca_reaches_the_client_from_a_context_or_the_server_home(tmp_path: P
     (home / "pki" / "ca.crt").write_text("pem")
     (home / "server.json").write_text(json.dumps({"url": "https://127.0.0.1:9", "pid": 1}))
     assert resolve(home=home).ca == str(home / "pki" / "ca.crt")
+
+
+def test_a_mistyped_token_ttl_is_named_before_any_server_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "no-cluster"))  # no server configured
+    code, out = shoal("node", "token", "create", "--ttl", "5x")
+    assert code == 2, out
+    assert "--ttl" in out and "90s, 30m, 1h, 7d or never" in out
+    assert "no shoal server is configured" not in out

@@ -39,8 +39,9 @@ def create(
     uses: int = typer.Option(1, "--uses", min=0, help="How many nodes may join (0: any)."),
 ) -> None:
     """Make a join token (admins) and print the one command a machine joins with."""
+    ttl_s = parse_ttl(ttl)  # a typo is named before any server is asked
     api = client()
-    made = api.create_join_token(parse_ttl(ttl), uses or None)
+    made = api.create_join_token(ttl_s, uses or None)
     url = made.get("serverUrl") or api.url
     expiry = (
         "never expires"
