@@ -140,7 +140,11 @@ class ExitReport(BaseModel):
         False,
         description="Stopped because no report of its agent was acknowledged within the lease.",
     )
-    epoch: int = Field(0, description="The node epoch the attempt was launched under.")
+    epoch: int | None = Field(
+        0,
+        description="The node epoch the attempt was launched under; None: it was never launched "
+        "here (killed or refused before its launch order was taken).",
+    )
     started_at: float | None = None
     finished_at: float
     usage: dict[str, Any] = Field(default_factory=dict)

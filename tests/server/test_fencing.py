@@ -13,6 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from shoal.agent.cache import NodeCache
+from shoal.agent.runner import Runner
 from shoal.core.nodestates import NodeEvent
 from shoal.core.plan import Admission, Plan
 from shoal.core.scheduler import schedule
@@ -299,3 +301,31 @@ def test_the_applier_drops_an_admission_whose_gpus_another_placement_took(
     assert _state(ctx, second) == "WAITING"
     (message,) = _events(ctx, second)
     assert "node n0 for w[0]" in message and "taken meanwhile" in message
+
+
+def test_a_kill_before_launch_on_a_node_that_was_lost_once_ends_the_job(
+    api: TestClient, home: Path, ctx: ServerContext, tmp_path: Path
+) -> None:
+    """The agent answers a kill of an attempt it never launched with an exit under no epoch; on a
+    node whose epoch has risen, that exit must still end the attempt (the job would stay STOPPING
+    and the agent's orders would return at once forever)."""
+    report(api, home, ["n0"])
+    go_not_ready(ctx)
+    report(api, home, ["n0"])  # back, under epoch 1
+    job_id = submit(api, "stopped-early")
+    assert run_cycle(ctx) == 1
+    assert api.post(f"/api/v1/jobs/{job_id}/stop").status_code == 202
+    kills = orders(api, home, ["n0"])["kill"]
+    assert kills
+    runner = Runner(tmp_path / "agent", NodeCache(tmp_path / "agent" / "cache", _no_download))
+    for attempt_id in kills:
+        runner.kill(attempt_id)  # never launched here: the agent's own answer
+    exits = [e.model_dump() for e in runner.exit_reports()]
+    assert [e["epoch"] for e in exits] == [None]
+    assert report(api, home, ["n0"], exited=exits)["acked"] == kills
+    assert api.get(f"/api/v1/jobs/{job_id}").json()["state"] == "STOPPED"
+    assert orders(api, home, ["n0"])["kill"] == []
+
+
+def _no_download(path: str, sink: object) -> None:
+    raise AssertionError(f"nothing to download, yet {path} was asked for")

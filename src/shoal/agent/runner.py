@@ -114,6 +114,7 @@ class Runner:
                         attempt_id=order.attempt_id,
                         exit_code=None,
                         agent_shutdown=True,
+                        epoch=None,  # never launched
                         finished_at=time.time(),
                     ),
                 )
@@ -248,6 +249,7 @@ class Runner:
                         attempt_id=attempt_id,
                         exit_code=None,
                         stop_requested=True,
+                        epoch=None,  # never launched here, under no epoch
                         finished_at=time.time(),
                     ),
                 )

@@ -107,6 +107,15 @@ def _epochs_for(session: Session, request: ReportRequest, named: dict[str, Any])
     return node_epochs(session, names)
 
 
+def _stale_exit(task: Task, epoch: int | None, epochs: dict[str, int]) -> bool:
+    """Whether an exit report must not change ``task``: one launched under an older epoch of its
+    node. An attempt never launched (``epoch`` None: killed or refused before the agent took its
+    order) ends the current attempt if that was never reported running, whatever the epoch."""
+    if epoch is None:
+        return bool(task.launch_acked)
+    return epoch < epochs.get(task.node, 0)
+
+
 def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str], list[str]]:
     """Returns the exits acknowledged and the attempts the agent should kill."""
     now = ctx.clock()
@@ -135,7 +144,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                 _note_running(ctx, session, loaded.tasks[row.id], running, now)
         for report in request.exited:
             task = task_by_attempt(session, report.attempt_id)
-            if task is not None and report.epoch < epochs.get(task.node, 0):
+            if task is not None and _stale_exit(task, report.epoch, epochs):
                 task = None  # an attempt of an older epoch: it was declared lost already
             if task is not None:
                 result = ProcessExit(
