@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,3 +122,21 @@ def test_a_mistyped_token_ttl_is_named_before_any_server_is_asked(
     assert code == 2, out
     assert "--ttl" in out and "90s, 30m, 1h, 7d or never" in out
     assert "no shoal server is configured" not in out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_start_with_timings_that_cannot_fence_is_one_clear_error(tmp_path: Path) -> None:
+    home = tmp_path / "srv"
+    code, out = shoal("server", "init", "--home", str(home), "--host", "127.0.0.1")
+    assert code == 0, out
+    code, out = shoal(
+        "server", "start", "--home", str(home), "--host", "127.0.0.1", "--port", str(free_port()),
+        "--node-timeout", "6", "--kill-grace", "1",
+    )  # fmt: skip
+    assert code == 1, out
+    assert "--node-timeout 6s" in out and "raise --node-timeout to 7s" in out, out

@@ -96,6 +96,8 @@ class Agent:
         # Set once a report answered since this agent started (or since its lease lapsed) has
         # had every attempt the server called stale killed: orders may be taken.
         self.synced = threading.Event()
+        self._stale_since: float | None = None  # since when stale attempts outlive a kill
+        self._stale_said = False
         self._refusal_lock = threading.Lock()
         self._report_client = self._client(10.0)
         self._order_client = self._client(ORDER_WAIT_S + 10.0)
@@ -216,6 +218,9 @@ class Agent:
                 if urgent or due or changed or syncing:
                     stale = self._report()
                     last_report, last_running = time.monotonic(), running
+                    if stale and not syncing:  # the server gave up on some: no new work beside
+                        self.synced.clear()
+                        syncing = True
                     if syncing:
                         self._resync(stale)
                 backoff = 0.1
@@ -224,6 +229,10 @@ class Agent:
                 return
             except httpx.HTTPError as exc:
                 log.warning("server unreachable (%s); tasks keep running, retrying", exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_MAX_S)
+            except Exception:  # a full disk, a malformed answer: never end the reporter
+                log.exception("report failed; retrying")
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_MAX_S)
 
@@ -241,18 +250,23 @@ class Agent:
         return deadline is not None and boot_clock() < deadline
 
     def _resync(self, stale: list[str]) -> None:
-        """After a start or a lapsed lease: wait until every stale attempt is dead, then take
-        orders. Until then no new attempt starts beside one the server has given up on."""
-        waited = time.monotonic() + STALE_WAIT_S
-        while self.runner.alive(stale) and time.monotonic() < waited:
-            if self.stopping.wait(0.02):
-                return
+        """After a start, a lapsed lease or a report that named stale attempts: take orders again
+        only once every stale attempt is dead, so no new attempt starts beside one the server
+        has given up on. It never blocks: the reporter goes on reporting (the lease is renewed,
+        the healthy tasks live on) and calls it again with the next answer's stale attempts."""
         alive = self.runner.alive(stale)
         if alive:
-            log.error("stale attempts %s are still alive; orders wait", alive)
+            waited = time.monotonic() - (self._stale_since or time.monotonic())
+            self._stale_since = self._stale_since or time.monotonic()
+            if waited > STALE_WAIT_S and not self._stale_said:
+                log.error(
+                    "stale attempts %s are still alive after %.0fs; orders wait", alive, waited
+                )
+                self._stale_said = True
             return
         if stale:
             log.info("stale attempts %s are dead; taking orders", stale)
+        self._stale_since, self._stale_said = None, False
         self.synced.set()
 
     def _order_taker(self) -> None:

@@ -164,6 +164,8 @@ class Runner:
                 log.info("adopted %s (pid %s)", attempt.attempt_id, saved.pid)
             elif state is Found.EXITED or saved.pid is not None:
                 record = self.journal.exit_record(attempt.attempt_id)
+                if record is None and saved.pid is not None:  # the keeper died, its task may not:
+                    signal_group(saved.pid, signal.SIGKILL)  # nothing would fence it any more
                 self._finish_with(attempt, ended_from(record, None, {}))
             else:
                 self._finish(attempt, None, None, launch_error="its agent stopped as it launched")

@@ -131,7 +131,7 @@ def start(
     from shoal.local.supervisor import port_in_use
     from shoal.server.app import make_server, prepare
     from shoal.server.ca import PkiFiles, server_hosts
-    from shoal.server.settings import ServerSettings
+    from shoal.server.settings import FencingError, ServerSettings
 
     home = (home or default_home()).expanduser().resolve()
     files = PkiFiles.of(home)
@@ -156,7 +156,10 @@ def start(
         node_timeout_s=node_timeout,
         tls=True,
     )
-    ctx = prepare(settings)
+    try:
+        ctx = prepare(settings)
+    except FencingError as exc:  # the timings cannot keep two attempts of a task apart
+        raise fail(str(exc)) from None
     local = "127.0.0.1" if host in WILDCARDS else host
     url = f"https://{local}:{port}"
     (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))
