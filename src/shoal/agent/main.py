@@ -22,12 +22,15 @@ exits with status 2, since a server that cannot hear this agent treats its nodes
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 
@@ -70,9 +73,14 @@ REPORT_GAP_S = 0.025
 RETRY_MAX_S = 0.5
 # Exits the server never acknowledged before this agent stopped: delivered by its next run.
 UNREPORTED = "unreported-exits.json"
+LOCK_FILE = "agent.lock"  # flock-ed by the agent that owns the home
 # How long to wait for the stale attempts of a resync to die before reporting again (their
 # grace is at most this, then SIGKILL).
 STALE_WAIT_S = 60.0
+
+
+class AgentHomeInUse(RuntimeError):
+    """Another agent process holds this agent home."""
 
 
 class Agent:
@@ -98,6 +106,7 @@ class Agent:
         self.synced = threading.Event()
         self._stale_since: float | None = None  # since when stale attempts outlive a kill
         self._stale_said = False
+        self._home_lock: TextIO | None = None  # HOME/agent.lock, held while this agent lives
         self._refusal_lock = threading.Lock()
         self._report_client = self._client(10.0)
         self._order_client = self._client(ORDER_WAIT_S + 10.0)
@@ -141,12 +150,34 @@ class Agent:
         self.must_stop.set()
 
     def start(self) -> None:
+        self._lock_home()
         recovered = self.runner.recover()
         if recovered:
             log.info("found %d attempt(s) of an earlier run: %s", len(recovered), recovered)
         self._restore_unreported()
         for thread in self._threads:
             thread.start()
+
+    def _lock_home(self) -> None:
+        """Hold ``HOME/agent.lock`` for this process's life: two agents on one home would both
+        adopt the same attempts and launch the same orders twice."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        handle = open(self.home / LOCK_FILE, "a+")  # noqa: SIM115  held until the process ends
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise AgentHomeInUse(
+                f"another agent runs with the home {self.home} (pid {holder}); stop it first, "
+                "or give this one another --home"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._home_lock = handle
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every task, report the exits if the server listens, and end the threads."""

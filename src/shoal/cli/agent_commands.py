@@ -148,7 +148,7 @@ def run(
 ) -> None:
     """Run this node's agent in the foreground, with its node certificate (mutual TLS)."""
     from shoal.agent.identity import Connection, Identity, JoinError
-    from shoal.agent.main import Agent
+    from shoal.agent.main import Agent, AgentHomeInUse
     from shoal.agent.resources import local_nodes
 
     home = home.expanduser().resolve()
@@ -172,7 +172,10 @@ def run(
     signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
     signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
     console.print(f"agent of node {identity.node} talking to {identity.server}", markup=False)
-    running.start()
+    try:
+        running.start()
+    except AgentHomeInUse as exc:
+        raise fail(str(exc)) from None
     running.must_stop.wait()  # a signal, the node removed, or another protocol version
     err_console.print("agent stopping: ending its tasks")
     running.stop(grace)

@@ -299,7 +299,7 @@ def agent(
 ) -> None:
     """Run an agent in the foreground (what `shoal up` starts)."""
     from shoal.agent.identity import Connection
-    from shoal.agent.main import Agent
+    from shoal.agent.main import Agent, AgentHomeInUse
     from shoal.agent.resources import hostname, local_nodes
 
     if not token_file.exists():
@@ -319,7 +319,10 @@ def agent(
     running = Agent(connection, home, specs, f"{hostname()}:{home}")
     signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
     signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
-    running.start()
+    try:
+        running.start()
+    except AgentHomeInUse as exc:
+        raise fail(str(exc)) from None
     running.must_stop.wait()  # a signal, or a server of another protocol version
     err_console.print("agent stopping: ending its tasks")
     running.stop(grace)
