@@ -299,3 +299,30 @@ def test_archives_are_deterministic_and_unpack_without_setid_bits(tmp_path: Path
     with pytest.raises(archives.ArchiveError):
         archives.extract(outside, tmp_path / "out2")
     assert not (tmp_path / "evil").exists()
+
+
+def test_a_data_sets_hash_is_not_a_code_archive(server: tuple[TestClient, str, Path]) -> None:
+    """Data sets and code share the blob store: knowing the sha256 of someone's data set (shown to
+    those it was shared with, kept after an unshare) must not let a job unpack it as its code."""
+    client, admin, _home = server
+    alice, bob = make_user(client, admin, "alice"), make_user(client, admin, "bob")
+    body = tar_gz(member("secret.txt"), data=b"alice's private data")
+    sha = hashlib.sha256(body).hexdigest()
+    stored = client.put(
+        "/api/v1/data/alice/private",
+        params={"sha256": sha, "kind": "dir"},
+        content=body,
+        headers=bearer(alice),
+    )
+    assert stored.status_code == 201, stored.text
+    assert client.get(f"/api/v1/code/{sha}", headers=bearer(bob)).status_code == 404
+    spec = "version: 1\nname: steal\nroles:\n  w:\n    command: cat secret.txt\n"
+    refused = client.post(
+        "/api/v1/jobs", json={"spec": spec, "code_hash": sha}, headers=bearer(bob)
+    )
+    assert refused.status_code == 400 and refused.json()["code"] == "NoCodeArchive", refused.text
+    # the same content uploaded as code (checked as an archive) may then be named as code
+    uploaded = put_code(client, bob, body, sha)
+    assert uploaded.status_code == 201, uploaded.text  # type: ignore[attr-defined]
+    made = client.post("/api/v1/jobs", json={"spec": spec, "code_hash": sha}, headers=bearer(bob))
+    assert made.status_code == 201, made.text

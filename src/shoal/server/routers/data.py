@@ -27,7 +27,7 @@ Sha256 = Annotated[str, Query(pattern=SHA256_PATTERN, description="The body's sh
 
 def _code_archive(ctx: ServerContext, sha256: str) -> CodeArchiveOut:
     store = datasets.blob_store(ctx)
-    if not store.has(sha256):
+    if not store.is_code(sha256):
         raise ApiError(404, "NoCodeArchive", f"the server has no code archive {sha256}")
     return CodeArchiveOut(sha256=sha256, size=store.path(sha256).stat().st_size)
 
@@ -70,7 +70,9 @@ def _check_and_keep_code(ctx: ServerContext, received: Received) -> None:
         archives.check(received.path, max_unpacked=ctx.settings.max_upload_bytes * 20)
     except archives.ArchiveError as exc:
         raise ApiError(400, "UnsafeArchive", f"the code archive is refused: {exc}") from None
-    datasets.blob_store(ctx).commit(received)
+    store = datasets.blob_store(ctx)
+    store.commit(received)
+    store.mark_code(received.sha256)
 
 
 def _out(row: DataSetRow, caller: Principal) -> DataSetOut:

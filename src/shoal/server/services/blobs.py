@@ -47,6 +47,18 @@ class BlobStore:
     def has(self, sha256: str) -> bool:
         return SHA256_RE.match(sha256) is not None and self.path(sha256).is_file()
 
+    def mark_code(self, sha256: str) -> None:
+        """Record that this content was uploaded, and checked, as a code archive. Data sets share
+        the store: a job may name only content marked so as its code (another user's data set
+        must never be unpacked as someone's code because its hash is known)."""
+        marker = self.root / "code" / sha256
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+
+    def is_code(self, sha256: str) -> bool:
+        """Whether the store has this content as a checked code archive."""
+        return self.has(sha256) and (self.root / "code" / sha256).is_file()
+
     def clear_partial(self) -> int:
         """Remove the temporary files of uploads a previous run did not finish."""
         removed = 0

@@ -218,7 +218,10 @@ def _check_share_targets(session: Session, change: dict[str, list[str]]) -> None
 
 
 def _forget_blob(ctx: ServerContext, sha256: str) -> None:
-    """Remove a blob no data set, no job's code and no unfinished job's data sets use."""
+    """Remove a blob no data set, no job's code and no unfinished job's data sets use (content
+    uploaded as code is kept: a job may name it later)."""
+    if blob_store(ctx).is_code(sha256):
+        return
     with ctx.db.read() as session:
         if session.scalar(select(DataSetRow.id).where(DataSetRow.sha256 == sha256).limit(1)):
             return

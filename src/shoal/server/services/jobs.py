@@ -86,7 +86,7 @@ def code_hash_of(ctx: ServerContext, request: SubmitRequest) -> str | None:
     """The sha256 of the job's code archive: ``code_hash`` (uploaded before), or the inline
     base64 ``code_archive`` (checked and stored in the blob store like an upload)."""
     if request.code_hash is not None:
-        if not blob_store(ctx).has(request.code_hash):
+        if not blob_store(ctx).is_code(request.code_hash):
             raise ApiError(
                 400,
                 "NoCodeArchive",
@@ -125,6 +125,7 @@ def _keep_inline_archive(ctx: ServerContext, data: bytes) -> str:
             raise ApiError(400, "UnsafeArchive", f"the code archive is refused: {exc}") from None
         sha256 = hashlib.sha256(data).hexdigest()
         store.commit(Received(path, sha256, len(data)))
+        store.mark_code(sha256)
     finally:
         path.unlink(missing_ok=True)
     return sha256
