@@ -28,7 +28,10 @@ from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from tests.integration.conftest import port_base
 
 PROTOCOL = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
-START = [sys.executable, "-m", "shoal", "server", "start", "--kill-grace", "2"]
+START = [
+    *(sys.executable, "-m", "shoal", "server", "start"),
+    *("--kill-grace", "2", "--node-timeout", "8"),  # a lease of 3 s: fencing in seconds
+]
 
 
 def free_port() -> int:
@@ -381,12 +384,19 @@ def test_a_removed_node_is_refused_and_its_agent_exits(network: Network) -> None
     assert "--force" in busy.stderr
     removed = network.shoal("node", "remove", "n3", "--force")
     assert removed.returncode == 0, removed.stderr
-    assert "1 task(s) stopped" in removed.stdout
+    assert "1 task(s) are stopped by fencing" in removed.stdout, removed.stdout
+    node = network.node("n3")  # it stays, cordoned, until fencing has ended its task
+    assert node is not None and node["state"] == "CORDONED" and not node["schedulable"], node
 
     assert agent.wait(30) == 2  # it stops its tasks and exits non-zero
     log = (network.root / "n3.log").read_text()
     assert "node n3 was removed; join again with a new token" in log
-    assert network.node("n3") is None
+    deadline = time.monotonic() + 30  # NOT_READY after the node timeout (8 s): then it goes
+    while network.node("n3") is not None:
+        assert time.monotonic() < deadline, network.node("n3")
+        time.sleep(0.2)
+    job_now = network.admin.job(job)
+    assert job_now["tasks"][0]["exitClass"] == "PLATFORM_FAILURE", job_now
     again = network.run_agent("n3")
     assert again.wait(30) == 2
     with network.node_client("n3") as n3:

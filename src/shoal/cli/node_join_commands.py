@@ -91,12 +91,22 @@ def revoke(
 @api_errors
 def remove(
     name: str = typer.Argument(..., help="The node."),
-    force: bool = typer.Option(False, "--force", help="Stop the node's tasks first."),
+    force: bool = typer.Option(
+        False, "--force", help="Even with tasks there: fencing stops them, then it is removed."
+    ),
 ) -> None:
     """Revoke NODE's certificate and remove it (admins); its agent is refused from then on.
-    Refused while tasks run there, unless --force (they end as lost and retry elsewhere)."""
+    Refused while tasks run there, unless --force (fencing stops them; they end as lost)."""
     if not name:
         raise fail("give the node's name")
     result = client().remove_node(name, force)
+    if result.get("pending"):
+        console.print(
+            f"node {name}: certificate revoked, cordoned; its {result['stoppedTasks']} task(s) "
+            "are stopped by fencing and end as lost when it goes NOT_READY (after the node "
+            "timeout), then it is removed",
+            markup=False,
+        )
+        return
     stopped = f"; {result['stoppedTasks']} task(s) stopped" if result["stoppedTasks"] else ""
     console.print(f"node {name} removed, its certificate revoked{stopped}", markup=False)

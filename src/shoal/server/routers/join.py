@@ -50,7 +50,12 @@ class NewJoinToken(JoinTokenOut):
 
 class NodeRemoved(BaseModel):
     name: str
-    stoppedTasks: int
+    stoppedTasks: int = Field(description="Tasks that were on the node.")
+    pending: bool = Field(
+        False,
+        description="True: the node is cordoned and stays until it is NOT_READY (its tasks are "
+        "stopped by fencing, then end as lost); then it is removed.",
+    )
 
 
 def _token_out(row: JoinTokenRow, now: float) -> JoinTokenOut:
@@ -117,4 +122,5 @@ def remove_node(
     force: Annotated[bool, Query(description="Stop the node's tasks (else 409).")] = False,
 ) -> NodeRemoved:
     """Revoke the node's certificate and remove it (admins); its agent is refused from then on."""
-    return NodeRemoved(name=name, stoppedTasks=joining.remove_node(ctx, caller, name, force))
+    removal = joining.remove_node(ctx, caller, name, force)
+    return NodeRemoved(name=name, stoppedTasks=removal.tasks, pending=removal.pending)

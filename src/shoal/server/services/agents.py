@@ -25,6 +25,7 @@ from shoal.protocol import (
 )
 from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
+from shoal.server.services.joining import delete_removed_nodes
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.node_life import change_node
 from shoal.server.services.reports import apply_report, node_epochs
@@ -166,6 +167,7 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
         )
     if late is None:
         return False
+    lost: list[str] = []
     with ctx.db.write() as session:
         for node in session.scalars(
             select(Node).where(Node.state == "READY", Node.last_seen < cutoff)
@@ -174,10 +176,12 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
             change_node(session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout)
             node.epoch += 1  # reports about attempts launched before this are stale from now on
             changed = True
+            lost.append(node.name)
             for task in session.scalars(
                 select(Task).where(Task.node == node.name, Task.state.in_(ACTIVE_TASK))
             ):
                 on_exit(session, task, ProcessExit(None, lost=True), now)
+        delete_removed_nodes(session, lost, now)  # `node remove --force` waited for this
     ctx.wake_agents(noted_news(session))  # the lost tasks' peers on other nodes are killed
     return changed
 

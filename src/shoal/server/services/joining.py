@@ -12,8 +12,10 @@ import hmac
 from dataclasses import dataclass
 
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
 from shoal.core.lifecycle import ProcessExit
+from shoal.core.nodestates import Hold, Liveness, NodeEvent
 from shoal.pki import NODE_NAME_HINT, NODE_NAME_PATTERN, JoinToken, secret_hash
 from shoal.protocol import JoinRequest, JoinResponse
 from shoal.server.auth import Principal
@@ -21,7 +23,7 @@ from shoal.server.ca import CertificateRequestError, PkiFiles, sign_node_csr
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.notify import noted_news
 from shoal.server.services.lifecycle import on_exit
-from shoal.server.services.node_life import record_node_event
+from shoal.server.services.node_life import change_node, record_node_event
 from shoal.server.services.nodes import HOLDING
 from shoal.server.services.users import require_admin
 from shoal.store.models import JoinTokenRow, Node, NodeCertRow, Task
@@ -182,9 +184,19 @@ def join(ctx: ServerContext, request: JoinRequest) -> JoinResponse:
     )
 
 
-def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -> int:
-    """Revoke the node's certificates and delete it; returns how many tasks were stopped. 409 if
-    tasks still run there, unless ``force`` (they end as lost, retried as the job allows)."""
+@dataclass(frozen=True)
+class Removal:
+    tasks: int  # tasks that were on the node
+    pending: bool  # the node stays (cordoned) until it is NOT_READY, then goes
+
+
+def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -> Removal:
+    """Revoke the node's certificates and delete it. 409 if tasks still run there, unless
+    ``force``: then, on a READY node with a certificate, the node is cordoned and its tasks are
+    left to fencing. Its agent is refused from now on, so it can no longer renew its lease: its
+    keepers stop the tasks, the node goes NOT_READY after the node timeout, the tasks end as lost
+    (retried as their jobs allow, never beside a live attempt) and the node is deleted then
+    (:func:`delete_removed_nodes`). A NOT_READY node's tasks are lost already: it goes at once."""
     require_admin(caller)
     now = ctx.clock()
     with ctx.db.write() as session:
@@ -202,10 +214,23 @@ def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -
                 f"node {name} still has {len(tasks)} task(s); drain it first (`shoal node drain "
                 f"{name}`) or stop them with `shoal node remove {name} --force`",
             )
-        for task in tasks:
-            on_exit(session, task, ProcessExit(None, lost=True), now)
         for cert in certs:
             cert.revoked_at = cert.revoked_at or now
+        if tasks and node is not None and certs and node.state == Liveness.READY.value:
+            if node.hold == Hold.NONE.value:
+                change_node(session, node, NodeEvent.CORDON, now, by=caller.user)
+            record_node_event(
+                session,
+                name,
+                now,
+                "removing",
+                f"certificate revoked; its {len(tasks)} task(s) are stopped by fencing and end "
+                "as lost when it goes NOT_READY (after the node timeout); then it is removed",
+                by=caller.user,
+            )
+            return Removal(len(tasks), pending=True)
+        for task in tasks:
+            on_exit(session, task, ProcessExit(None, lost=True), now)
         if node is not None:
             session.delete(node)
         record_node_event(
@@ -213,4 +238,16 @@ def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -
         )
     ctx.wake_scheduler()
     ctx.wake_agents(noted_news(session))
-    return len(tasks)
+    return Removal(len(tasks), pending=False)
+
+
+def delete_removed_nodes(session: Session, names: list[str], now: float) -> None:
+    """Delete the nodes among ``names`` (just gone NOT_READY) whose every certificate is revoked:
+    a ``node remove --force`` waiting for fencing to end their tasks."""
+    for name in names:
+        certs = list(session.scalars(select(NodeCertRow).where(NodeCertRow.node == name)))
+        if certs and all(c.revoked_at is not None for c in certs):
+            node = session.get(Node, name)
+            if node is not None:
+                session.delete(node)
+            record_node_event(session, name, now, "removed", "removed; its tasks ended as lost")
