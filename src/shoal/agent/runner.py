@@ -86,6 +86,21 @@ class Attempt:
         return self.log_dir / stream
 
 
+def fit_to_this_machine(inherited: dict[str, str]) -> dict[str, str]:
+    """The submitter's variables, as far as they hold on this machine: PATH keeps only the
+    directories that exist here (then this machine's PATH after them), and a HOME that does not
+    exist here is dropped (the task's directory stands in). On the submitter's own machine, or on
+    a shared filesystem, nothing changes; on another machine the task gets a working PATH."""
+    env = dict(inherited)
+    if "PATH" in env:
+        kept = [d for d in env["PATH"].split(":") if d and os.path.isdir(d)]
+        local = os.environ.get("PATH", DEFAULT_PATH).split(":")
+        env["PATH"] = ":".join(dict.fromkeys([*kept, *local]))
+    if "HOME" in env and not os.path.isdir(env["HOME"]):
+        del env["HOME"]
+    return env
+
+
 class Runner:
     def __init__(self, home: Path, cache: NodeCache) -> None:
         self.home = home
@@ -226,7 +241,7 @@ class Runner:
         """The submitter's variables if the job carries them, else the agent's minimal set with
         its own Python first on PATH; then the job's env and the env contract over them."""
         if order.inherited_env is not None:
-            env = dict(order.inherited_env)
+            env = fit_to_this_machine(order.inherited_env)
             env.setdefault("PATH", os.environ.get("PATH", DEFAULT_PATH))
         else:
             env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
