@@ -74,8 +74,8 @@ RETRY_MAX_S = 0.5
 # Exits the server never acknowledged before this agent stopped: delivered by its next run.
 UNREPORTED = "unreported-exits.json"
 LOCK_FILE = "agent.lock"  # flock-ed by the agent that owns the home
-# How long to wait for the stale attempts of a resync to die before reporting again (their
-# grace is at most this, then SIGKILL).
+# Stale attempts still alive this long after their kill (their grace, then SIGKILL) are logged
+# as an error: orders keep waiting for them.
 STALE_WAIT_S = 60.0
 
 
