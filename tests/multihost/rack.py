@@ -68,12 +68,15 @@ class Rack:
 
     # ---- commands ----
 
-    def shoal(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        """The CLI in the root namespace (the admin's machine), with the rack's context."""
+    def shoal(
+        self, *args: str, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The CLI in the root namespace (the admin's machine), with the rack's context (or the
+        shell environment ``env``: another user's)."""
         self.lab.require_route(self.server_host.address)
         return subprocess.run(
             [sys.executable, "-m", "shoal", *args],
-            env=self.env,
+            env=self.env if env is None else env,
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -41,24 +41,16 @@ def _as_user(rack: Rack, name: str) -> dict[str, str]:
     token_file.write_text(json.loads(made.stdout)["token"] + "\n")
     os.chmod(token_file, 0o600)
     env = {**rack.env, "SHOAL_CONFIG": str(rack.root / f"{name}.yaml")}
-    saved, rack.env = rack.env, env
-    try:
-        done = rack.shoal(
-            "config", "set-context", name, "--server", rack.url, "--token-file", str(token_file),
-            "--ca", str(rack.ca), "--use",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-    finally:
-        rack.env = saved
+    done = rack.shoal(
+        "config", "set-context", name, "--server", rack.url, "--token-file", str(token_file),
+        "--ca", str(rack.ca), "--use", env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
     return env
 
 
 def _shoal_as(rack: Rack, env: dict[str, str], *args: str) -> tuple[int, str]:
-    saved, rack.env = rack.env, env
-    try:
-        done = rack.shoal(*args)
-    finally:
-        rack.env = saved
+    done = rack.shoal(*args, env=env)
     return done.returncode, done.stdout + done.stderr
 
 

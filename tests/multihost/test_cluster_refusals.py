@@ -78,11 +78,7 @@ def test_a_client_without_the_clusters_ca_is_refused(rack: Rack) -> None:
     unpinned.close()
     env = {k: v for k, v in rack.env.items() if k != "SHOAL_CONFIG"}
     env.update(SHOAL_URL=rack.url, SHOAL_TOKEN=token, SHOAL_CONFIG=str(rack.root / "none.yaml"))
-    saved, rack.env = rack.env, env
-    try:
-        done = rack.shoal("node", "list")
-    finally:
-        rack.env = saved
+    done = rack.shoal("node", "list", env=env)
     assert done.returncode == 1 and "does not trust" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
