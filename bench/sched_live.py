@@ -89,7 +89,7 @@ class LiveCluster:
     def snapshot(self) -> ClusterSnapshot:
         allocations = tuple(a for allocs in self.running.values() for a in allocs)
         queue = tuple(self.queue.values())
-        return ClusterSnapshot((*self.nodes,), queue, allocations, self.virtual_clusters)
+        return ClusterSnapshot(self.nodes, queue, allocations, self.virtual_clusters)
 
     def apply(self, plan: Plan) -> None:
         """Admissions start running; infeasible jobs are rejected (leave the queue); preemption

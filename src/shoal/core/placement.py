@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from shoal.core.plan import PendingReason, TaskPlacement
-from shoal.core.poolstate import PoolState, count_ports, layout_for
+from shoal.core.poolstate import Layout, Layouts, PoolState, count_ports, layout_for
 from shoal.core.snapshot import JobRequest, NodeState, RoleRequest, TaskAllocation
 
 
@@ -52,10 +52,21 @@ class NodePool:
         *,
         include_unschedulable: bool = False,
         prefer: dict[str, int] | None = None,
+        layouts: Layouts | None = None,
     ) -> None:
-        # ``prefer``: a rank per node name that wins ties before the name does (lower first)
-        layout = layout_for(nodes, include_unschedulable, prefer)
-        state = layout.state_for(allocations)
+        # ``prefer``: a rank per node name that wins ties before the name does (lower first);
+        # ``layouts``: the caller's kept free-resource states (a SchedulerCache's), if any
+        layout = layout_for(nodes, include_unschedulable, prefer, layouts)
+        self._start(layout, layout.state_for(allocations))
+
+    @classmethod
+    def on_state(cls, layout: Layout, state: PoolState) -> NodePool:
+        """A pool over ``layout`` starting from ``state`` (e.g. one made by ``Layout.derive``)."""
+        pool = cls.__new__(cls)
+        pool._start(layout, state)
+        return pool
+
+    def _start(self, layout: Layout, state: PoolState) -> None:
         self.nodes = layout.nodes
         self._index = layout.index
         self.free_cpu = state.free_cpu.copy()

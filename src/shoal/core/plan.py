@@ -90,6 +90,12 @@ class Plan:
     pending: tuple[PendingJob, ...] = ()
     infeasible: tuple[InfeasibleJob, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
+    # Bounded cycles (core/budget.py): where the next cycle's backfill starts (pass it back as
+    # ``resume_from``; None: from the start), how many jobs this one examined, and what made it
+    # stop early (None, "placements" or "deadline").
+    resume_from: tuple[int, float, str] | None = None
+    examined: int = 0
+    stopped_by: str | None = None
 
     def admitted_ids(self) -> list[str]:
         return [a.job_id for a in self.admissions]

@@ -250,10 +250,25 @@ class Layout:
         added = wanted[len(wanted) - extra :] if extra else ()  # usually appended at the end
         if not base_ids.isdisjoint(map(id, added)):
             added = tuple(a for a in wanted if id(a) not in base_ids)
+        state = self.derive(base, [by_id[key] for key in removed], added, wanted)
+        if len(added) + len(removed) > REBASE_AFTER:
+            self._base = state  # later differences from it are smaller
+        return state
+
+    def derive(
+        self,
+        base: PoolState,
+        removed: Sequence[TaskAllocation],
+        added: Sequence[TaskAllocation],
+        allocations: tuple[TaskAllocation, ...] = (),
+    ) -> PoolState:
+        """``base`` with ``removed`` (allocations of ``base``) given back and ``added`` held:
+        O(nodes + changes). ``allocations``: what the new state holds in all, if known (states
+        made without it are not kept or reused)."""
         draft = _Draft(self, base)
         recount: set[int] = set()
-        for key in removed:
-            alloc = by_id[key]
+        gone = {id(alloc) for alloc in removed}
+        for alloc in removed:
             i = self.index.get(alloc.node)
             if i is None:
                 continue
@@ -263,14 +278,11 @@ class Layout:
                 draft.give_back(alloc, i)
         for i in recount:
             draft.reset(i)
-            for alloc in self._by_node(base)[i]:
-                if id(alloc) not in removed:
+            for alloc in self._by_node(base).get(i, ()):
+                if id(alloc) not in gone:
                     draft.hold(alloc, i)
         draft.hold_all(added)
-        state = draft.finish(wanted)
-        if len(added) + len(removed) > REBASE_AFTER:
-            self._base = state  # later differences from it are smaller
-        return state
+        return draft.finish(allocations)
 
     def _by_node(self, state: PoolState) -> dict[int, list[TaskAllocation]]:
         if state.by_node is None:
@@ -283,23 +295,38 @@ class Layout:
         return state.by_node
 
 
-_LAYOUTS: dict[tuple[int, bool], Layout] = {}
-_LAYOUTS_LOCK = threading.Lock()
+class Layouts:
+    """The layouts (and their kept states) of one caller: part of its ``SchedulerCache``, so two
+    schedulers in one process never share them. Not thread-safe across callers by design: each
+    scheduler owns one."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, bool], Layout] = {}
+
+    def layout_for(
+        self, nodes: Sequence[NodeState], include_unschedulable: bool, prefer: dict[str, int] | None
+    ) -> Layout:
+        """The layout of ``nodes``, kept for the same tuple of (immutable) nodes: within a cycle
+        every pool is built over ``snapshot.nodes``. Pools with a node preference are not kept."""
+        if prefer or type(nodes) is not tuple:
+            return Layout(nodes, include_unschedulable, prefer, keep=1)
+        key = (id(nodes), include_unschedulable)
+        layout = self._kept.pop(key, None)
+        if layout is None or layout.source is not nodes:
+            layout = Layout(nodes, include_unschedulable, None, keep=STATES_KEPT)
+        self._kept[key] = layout  # most recently used last
+        while len(self._kept) > LAYOUTS_KEPT:
+            del self._kept[next(iter(self._kept))]
+        return layout
 
 
 def layout_for(
-    nodes: Sequence[NodeState], include_unschedulable: bool, prefer: dict[str, int] | None
+    nodes: Sequence[NodeState],
+    include_unschedulable: bool,
+    prefer: dict[str, int] | None,
+    layouts: Layouts | None,
 ) -> Layout:
-    """The layout of ``nodes``, kept for the same tuple of (immutable) nodes: within a cycle every
-    pool is built over ``snapshot.nodes``. Pools with a node preference are not kept."""
-    if prefer or type(nodes) is not tuple:
+    """From ``layouts`` when the caller keeps some, else a layout for this one pool."""
+    if layouts is None:
         return Layout(nodes, include_unschedulable, prefer, keep=1)
-    key = (id(nodes), include_unschedulable)
-    with _LAYOUTS_LOCK:
-        layout = _LAYOUTS.pop(key, None)
-        if layout is None or layout.source is not nodes:
-            layout = Layout(nodes, include_unschedulable, None, keep=STATES_KEPT)
-        _LAYOUTS[key] = layout  # most recently used last
-        while len(_LAYOUTS) > LAYOUTS_KEPT:
-            del _LAYOUTS[next(iter(_LAYOUTS))]
-    return layout
+    return layouts.layout_for(nodes, include_unschedulable, prefer)

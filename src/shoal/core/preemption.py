@@ -50,11 +50,16 @@ def eligible_victims(
 
 
 def choose_victims(
-    candidates: Sequence[RunningJob], already_free: frozenset[str], fits: Fits
+    candidates: Sequence[RunningJob],
+    already_free: frozenset[str],
+    fits: Fits,
+    fewest: int = 1,
 ) -> list[RunningJob] | None:
-    """The fewest victims (in preference order) that make room, or None if none would."""
-    chosen: list[RunningJob] = []
-    for candidate in candidates:
+    """The fewest victims (in preference order) that make room, or None if none would.
+    ``fewest``: fewer than this many of the first candidates surely do not make room (the
+    caller counted it), so trying starts there."""
+    chosen: list[RunningJob] = list(candidates[: max(fewest - 1, 0)])
+    for candidate in candidates[len(chosen) :]:
         chosen.append(candidate)
         if fits(already_free | {c.job_id for c in chosen}):
             break

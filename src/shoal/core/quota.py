@@ -9,6 +9,7 @@ VC, so a job inside its guarantee is never preempted by another VC.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -16,7 +17,7 @@ from enum import StrEnum
 from shoal.core.plan import PendingReason, ReasonCode
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import JobRequest, NodeState, TaskAllocation, VirtualCluster
-from shoal.core.usage import node_gpu_types, usage_of
+from shoal.core.usage import UsageMemo, node_gpu_types, usage_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,35 @@ def running_jobs(
     return sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.job_id))
 
 
+def _order(job: RunningJob) -> tuple[int, float, str]:
+    return (-job.priority, job.submitted_at, job.job_id)
+
+
+def memo_running_jobs(memo: UsageMemo, types: Mapping[str, str | None]) -> list[RunningJob]:
+    """``running_jobs`` of the memo's allocations, regrouping only the jobs that changed."""
+    if memo.by_job is None:
+        memo.by_job = {}
+        for alloc in memo.allocations:
+            memo.by_job.setdefault(alloc.job_id, []).append(alloc)
+        memo.running = {job.job_id: job for job in running_jobs(memo.allocations, types)}
+        memo.running_order = sorted((_order(j), j.job_id) for j in memo.running.values())
+        memo.dirty_jobs.clear()
+    for job_id in memo.dirty_jobs:
+        before = memo.running.pop(job_id, None)
+        if before is not None:
+            key = (_order(before), job_id)
+            del memo.running_order[bisect.bisect_left(memo.running_order, key)]
+        held = memo.by_job.get(job_id)
+        if held:
+            (job,) = running_jobs(held, types)
+            memo.running[job_id] = job
+            bisect.insort(memo.running_order, (_order(job), job_id))
+        else:
+            memo.by_job.pop(job_id, None)
+    memo.dirty_jobs.clear()
+    return [memo.running[job_id] for _, job_id in memo.running_order]
+
+
 class Admission(StrEnum):
     GUARANTEED = "guaranteed"  # fits in the VC's guarantee
     BORROWING = "borrowing"  # past the guarantee, within the borrowing limit: idle capacity
@@ -111,13 +141,15 @@ class QuotaLedger:
         vcs: Sequence[VirtualCluster],
         nodes: tuple[NodeState, ...],
         allocations: Sequence[TaskAllocation],
+        memo: UsageMemo | None = None,
     ) -> QuotaLedger:
         ledger = cls.__new__(cls)
         ledger._start(vcs)
         ledger._running = None
         ledger._allocations = allocations
-        ledger._node_types = node_gpu_types(nodes)
-        usage = usage_of(nodes, allocations)
+        ledger._node_types = node_gpu_types(nodes, memo)
+        ledger._memo = memo
+        usage = usage_of(nodes, allocations, memo)
         for vc_name, (cpu, memory, gpu) in usage.by_vc.items():
             ledger.usage[vc_name] = ResourceVector(cpu, memory, gpu)
         ledger.user_gpus = usage.user_gpus
@@ -132,15 +164,21 @@ class QuotaLedger:
         self.typed: dict[tuple[str, str], int] = {}
         self._lower_cache: dict[tuple[str, int], ResourceVector] = {}
         self._allocations: Sequence[TaskAllocation] = ()
+        self._memo: UsageMemo | None = None
         self._node_types: Mapping[str, str | None] = {}
         self._by_priority: dict[tuple[str, int], list[int]] | None = None
         self._verdicts: dict[tuple[object, ...], Admission | PendingReason] = {}
 
     @property
     def running(self) -> list[RunningJob]:
-        """The running jobs in queue order (grouped from the allocations on first use)."""
+        """The running jobs in queue order (grouped from the allocations on first use; with a
+        memo, only the jobs whose tasks changed since the memo's last cycle are regrouped)."""
         if self._running is None:
-            self._running = running_jobs(self._allocations, self._node_types)
+            memo = self._memo
+            if memo is not None and memo.allocations is self._allocations:
+                self._running = memo_running_jobs(memo, self._node_types)
+            else:
+                self._running = running_jobs(self._allocations, self._node_types)
         return self._running
 
     def _count(

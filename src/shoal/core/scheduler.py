@@ -1,6 +1,12 @@
 """``schedule(snapshot, now) -> Plan``: the one scheduling function the server, the simulator,
 dry runs and tests all call. Pure: no I/O, no clock (``now`` is an argument), no randomness.
 
+A caller that schedules again and again passes its own ``SchedulerCache`` (work saved between
+cycles, never a different decision), a ``Budget`` (how much one cycle may do) and the previous
+plan's ``resume_from`` (where the backfill sweep goes on). Without them a call examines the whole
+queue from scratch: the unbounded cycle, which the bounded one equals whenever its budget is not
+spent (tests/core/test_bounded_cycle.py).
+
 Policy (see docs/scheduling.md): jobs in priority order, then submission time, then id; each job
 is placed as a whole gang or not at all; a job that does not fit waits with a reason and later,
 smaller jobs may still start (best-effort FIFO). A job that could not run even on an idle cluster
@@ -11,27 +17,34 @@ job keeps a reservation (core/cycle.py).
 
 from __future__ import annotations
 
+from shoal.core.budget import UNBOUNDED, Budget
+from shoal.core.cache import SchedulerCache
 from shoal.core.cycle import Cycle
 from shoal.core.diagnosis import explain, never_fits
 from shoal.core.feasibility import could_fit
 from shoal.core.placement import NodePool, PlacementFailure
 from shoal.core.plan import PendingReason, Plan
+from shoal.core.queueindex import QueueKey, queue_key
 from shoal.core.snapshot import ClusterSnapshot, JobRequest
+from shoal.core.window import Window, select_window
 
 
 class _Feasibility:
     """Answers "could this job ever fit?" on an idle copy of the cluster, once per job shape."""
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, cache: SchedulerCache) -> None:
         self._snapshot = snapshot
+        self._cache = cache
         self._pool: NodePool | None = None
-        self._verdicts: dict[tuple[object, ...], PendingReason | None] = {}
+        self._verdicts = cache.never_fits_verdicts(snapshot)
 
     def never_fits(self, job: JobRequest) -> PendingReason | None:
         shape = job.shape()
         if shape not in self._verdicts:
             if self._pool is None:
-                self._pool = NodePool(self._snapshot.nodes, include_unschedulable=True)
+                self._pool = NodePool(
+                    self._snapshot.nodes, include_unschedulable=True, layouts=self._cache.layouts
+                )
             result = self._pool.place_job(job, commit=False)
             verdict = None
             if isinstance(result, PlacementFailure) and _provably_never(
@@ -72,16 +85,42 @@ def _lacks_capacity(pool: NodePool, job: JobRequest) -> bool:
     )
 
 
-def schedule(snapshot: ClusterSnapshot, now: float) -> Plan:
-    """Decide which queued jobs start now and where; explain every job that does not."""
+def schedule(
+    snapshot: ClusterSnapshot,
+    now: float,
+    *,
+    cache: SchedulerCache | None = None,
+    budget: Budget = UNBOUNDED,
+    resume_from: QueueKey | None = None,
+) -> Plan:
+    """Decide which queued jobs start now and where; explain every examined job that does not."""
     del now  # part of the contract; used by time-aware policies (aging)
-    feasibility = _Feasibility(snapshot)
-    cycle = Cycle(snapshot, feasibility.never_fits)
-    for job in cycle.order(snapshot.queue):
+    cache = cache if cache is not None else SchedulerCache()
+    cache.queues.sync(snapshot.queue, per_vc=bool(snapshot.virtual_clusters))
+    strict = {vc.name for vc in snapshot.virtual_clusters if vc.strict_fifo}
+    window = select_window(cache.queues, budget, resume_from, strict)
+    feasibility = _Feasibility(snapshot, cache)
+    cycle = Cycle(snapshot, feasibility.never_fits, cache, budget)
+    examined: set[str] = set()
+    for job in cycle.order(window.jobs):
+        if cycle.stop_early() and job.job_id not in window.mandatory:
+            continue
+        examined.add(job.job_id)
         cycle.consider(job)
     return Plan(
         tuple(cycle.admissions),
-        tuple(cycle.pending),
+        tuple(cycle.pending_jobs()),
         tuple(cycle.infeasible),
         tuple(cycle.preemptions),
+        _resume_point(window, examined),
+        cycle.examined,
+        cycle.stopped_by,
     )
+
+
+def _resume_point(window: Window, examined: set[str]) -> QueueKey | None:
+    """The first backfill job this cycle skipped, else the first job past the window."""
+    for job in window.backfill:
+        if job.job_id not in examined:
+            return queue_key(job)
+    return window.next_key

@@ -1,19 +1,23 @@
 """Quota usage summed from task allocations: per VC, per (VC, user) GPUs, per (VC, GPU type).
 
-Every cycle needs these sums, and from one cycle to the next only a few tasks start or stop. So
-the sums of the last allocation tuple seen (per thread) are kept, and the next call counts only
-the tasks added and removed since, matched by object identity (the memo holds the old tuple, so
-no identity can be reused while it is compared). The result is exactly what a recount gives;
-when most tasks changed (as when the server reloads them) it recounts.
+Every cycle needs these sums, and from one cycle to the next only a few tasks start or stop. So a
+``UsageMemo`` (owned by the caller, part of its ``SchedulerCache``) keeps the sums of the last
+allocation tuple it saw, and the next call counts only the tasks added and removed since, matched
+by object identity (the memo holds the old tuple, so no identity can be reused while it is
+compared). The result is exactly what a recount gives; when most tasks changed (as when the
+server reloads them) it recounts. Without a memo, every call recounts.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shoal.core.snapshot import NodeState, TaskAllocation
+
+if TYPE_CHECKING:
+    from shoal.core.quota import RunningJob
 
 
 @dataclass(slots=True)
@@ -60,43 +64,70 @@ class Usage:
                 self.typed[typed_key] = self.typed.get(typed_key, 0) + sign * res.gpu
 
 
-class _Memo(threading.local):
+class UsageMemo:
+    """The sums of the last allocations seen, for one caller (never shared between schedulers)."""
+
     def __init__(self) -> None:
         self.nodes: tuple[NodeState, ...] | None = None
         self.types: dict[str, str] = {}
         self.by_id: dict[int, TaskAllocation] = {}
         self.allocations: Sequence[TaskAllocation] = ()
         self.usage = Usage()
+        # Running jobs (grouped allocations), kept up to date for the jobs that changed; made on
+        # first use (only preemption needs them).
+        self.by_job: dict[str, list[TaskAllocation]] | None = None
+        self.dirty_jobs: set[str] = set()
+        self.running: dict[str, RunningJob] = {}
+        self.running_order: list[tuple[tuple[int, float, str], str]] = []
 
 
-_memo = _Memo()
-
-
-def node_gpu_types(nodes: tuple[NodeState, ...]) -> dict[str, str]:
+def node_gpu_types(nodes: tuple[NodeState, ...], memo: UsageMemo | None = None) -> dict[str, str]:
     """GPU type by node name, for nodes that have one (kept while the node tuple is the same)."""
-    if nodes is not _memo.nodes:
-        _memo.nodes = nodes
-        _memo.types = {n.name: n.gpu_type for n in nodes if n.gpu_type is not None}
-        _memo.by_id, _memo.usage = {}, Usage()  # typed sums depend on the nodes: recount
-    return _memo.types
+    if memo is None:
+        return {n.name: n.gpu_type for n in nodes if n.gpu_type is not None}
+    if nodes is not memo.nodes:
+        memo.nodes = nodes
+        memo.types = {n.name: n.gpu_type for n in nodes if n.gpu_type is not None}
+        memo.by_id, memo.usage = {}, Usage()  # typed sums depend on the nodes: recount
+    return memo.types
 
 
-def usage_of(nodes: tuple[NodeState, ...], allocations: Sequence[TaskAllocation]) -> Usage:
+def usage_of(
+    nodes: tuple[NodeState, ...],
+    allocations: Sequence[TaskAllocation],
+    memo: UsageMemo | None = None,
+) -> Usage:
     """A fresh (caller-owned) copy of the sums for ``allocations``."""
-    types = node_gpu_types(nodes)
+    types = node_gpu_types(nodes, memo)
+    if memo is None:
+        usage = Usage()
+        for alloc in allocations:
+            usage.count(alloc, types, 1)
+        return usage
     by_id = dict(zip(map(id, allocations), allocations, strict=True))
-    old = _memo.by_id
+    old = memo.by_id
     added = by_id.keys() - old.keys()
     removed = old.keys() - by_id.keys()
     if len(added) + len(removed) > len(by_id) // 2 + 8:
         usage = Usage()
         for alloc in allocations:
             usage.count(alloc, types, 1)
+        memo.by_job = None  # regrouped on first use
     else:
-        usage = _memo.usage
+        usage = memo.usage
+        by_job = memo.by_job
         for key in removed:
-            usage.count(old[key], types, -1)
+            alloc = old[key]
+            usage.count(alloc, types, -1)
+            if by_job is not None:
+                held = by_job[alloc.job_id]
+                held.remove(alloc)  # by equality: equal allocations are interchangeable
+                memo.dirty_jobs.add(alloc.job_id)
         for key in added:
-            usage.count(by_id[key], types, 1)
-    _memo.by_id, _memo.allocations, _memo.usage = by_id, allocations, usage
+            alloc = by_id[key]
+            usage.count(alloc, types, 1)
+            if by_job is not None:
+                by_job.setdefault(alloc.job_id, []).append(alloc)
+                memo.dirty_jobs.add(alloc.job_id)
+    memo.by_id, memo.allocations, memo.usage = by_id, allocations, usage
     return usage.copy()
