@@ -98,12 +98,12 @@ class QueueIndex:
             for position, job in enumerate(queue.jobs[:depth]):
                 yield vc, position, job
 
-    def after(self, cursor: QueueKey | None) -> Iterator[tuple[str, int, JobRequest]]:
-        """Every job whose key is past ``cursor`` (all with None), in key order across VCs:
+    def starting_at(self, cursor: QueueKey | None) -> Iterator[tuple[str, int, JobRequest]]:
+        """Every job whose key is at least ``cursor`` (all with None), in key order across VCs:
         (VC, position in its VC, job). Lazy: a caller that stops early pays for what it took."""
 
         def one(vc: str, queue: _VcQueue) -> Iterator[tuple[QueueKey, str, int, JobRequest]]:
-            start = 0 if cursor is None else bisect.bisect_right(queue.keys, cursor)
+            start = 0 if cursor is None else bisect.bisect_left(queue.keys, cursor)
             for position in range(start, len(queue.jobs)):
                 yield queue.keys[position], vc, position, queue.jobs[position]
 

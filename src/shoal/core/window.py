@@ -35,7 +35,7 @@ def select_window(
     backfill: list[JobRequest] = []
     next_key: QueueKey | None = None
     wrapped = resume_from is None
-    sweep: Iterator[Entry] = index.after(resume_from)
+    sweep: Iterator[Entry] = index.starting_at(resume_from)
     while True:
         for vc, position, job in sweep:
             if position < depth:
@@ -51,7 +51,7 @@ def select_window(
         # The end of the queue: go on from its start (jobs before the resume point) this cycle.
         wrapped = True
         seen = {job.job_id for job in backfill}
-        sweep = ((vc, p, j) for vc, p, j in index.after(None) if j.job_id not in seen)
+        sweep = ((vc, p, j) for vc, p, j in index.starting_at(None) if j.job_id not in seen)
         assert resume_from is not None
         sweep = _until(sweep, resume_from)
     mandatory = {job.job_id for job in heads}
