@@ -108,10 +108,10 @@ def _check_capacity(snapshot: ClusterSnapshot) -> None:
     for alloc in snapshot.allocations:
         used[alloc.node] = used.get(alloc.node, ResourceVector()) + alloc.resources
         gpus.setdefault(alloc.node, []).extend(alloc.gpu_indices)
-    for node in snapshot.nodes:
-        assert used.get(node.name, ResourceVector()).fits_in(node.capacity), node.name
-        held = gpus.get(node.name, [])
-        assert len(held) == len(set(held)), f"a GPU of {node.name} handed out twice"
+    for each in snapshot.nodes:
+        assert used.get(each.name, ResourceVector()).fits_in(each.capacity), each.name
+        held = gpus.get(each.name, [])
+        assert len(held) == len(set(held)), f"a GPU of {each.name} handed out twice"
 
 
 @PROPERTY
