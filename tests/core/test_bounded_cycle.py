@@ -84,9 +84,7 @@ def _run_cycles(
         resume = plan.resume_from
         started = {a.job_id for a in plan.admissions} | {i.job_id for i in plan.infeasible}
         queued = {j.job_id: j for j in snapshot.queue}
-        held = [
-            allocation_for(queued[a.job_id], p) for a in plan.admissions for p in a.placements
-        ]
+        held = [allocation_for(queued[a.job_id], p) for a in plan.admissions for p in a.placements]
         victims = {p.victim_job_id for p in plan.preemptions}
         allocations = tuple(
             dataclasses.replace(a, terminating=True) if a.job_id in victims else a
