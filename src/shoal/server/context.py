@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from shoal.core.snapshot import JobRequest
 from shoal.server.notify import NodeNews, Notifier
+from shoal.server.positions import QueuePositions
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database
 
@@ -41,8 +43,10 @@ class ServerContext:
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     closing: bool = False  # set when the server shuts down: long polls answer at once
-    positions: dict[str, int] = field(default_factory=dict)  # queue positions, last cycle
+    positions: QueuePositions = field(default_factory=QueuePositions)  # as of the last cycle
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written
+    # the scheduler's model, cache and resume point (server/loop.py; one owner: the loop)
+    scheduler_state: Any = None
 
     def wake_scheduler(self) -> None:
         self.scheduler_wake.notify()

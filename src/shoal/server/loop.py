@@ -1,11 +1,16 @@
 """The scheduler loop: wake on events (submit, exit, stop, node change) or every few seconds,
-load a snapshot, call the pure ``core.schedule``, apply the plan.
+bring the in-memory model up to date from the store's change feed, call the pure
+``core.schedule`` with a bounded budget, apply the plan.
+
+Each cycle's work is bounded (core/budget.py): it examines every VC's head jobs and a slice of the
+deep queue, resuming where the previous cycle stopped, and stops examining after
+``cycle_deadline_ms``. So no cycle holds the interpreter for long, however large the cluster, and
+the API threads and agent reports sharing it wait at most one short cycle.
 
 Wake-ups are coalesced: after a cycle that had a queue to look at and took ``t``, the next one
 starts no sooner than ``max(t, BUSY_GAP_S)`` later (capped at ``MAX_GAP_S``). On an idle server a
 submission is scheduled at once; in a burst of submissions and exits, one cycle (and one launch
-order to the agent) serves several of them, and the API threads keep at least half of the
-interpreter (the cycle and the request handlers share one GIL).
+order to the agent) serves several of them.
 """
 
 from __future__ import annotations
@@ -13,29 +18,88 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 
+from shoal.core.budget import Budget
+from shoal.core.cache import SchedulerCache
+from shoal.core.queueindex import QueueKey
 from shoal.core.scheduler import schedule
 from shoal.server.context import ServerContext
+from shoal.server.model import SchedulerModel
+from shoal.server.positions import QueuePositions
 from shoal.server.services.agents import lose_silent_nodes
 from shoal.server.services.applier import apply_plan
-from shoal.server.services.snapshot import load_snapshot
 
 log = logging.getLogger("shoal.scheduler")
 BUSY_GAP_S = 0.02  # after a cycle with a queue, wait this long for more work to join the next
 MAX_GAP_S = 0.05  # the longest a wake-up waits for the previous cycle's share of the GIL
+FORGET_CHANGES_S = 5.0  # how often the change rows already read are deleted
+
+
+@dataclass(eq=False)
+class SchedulerState:
+    """What the scheduler keeps between cycles (one owner: the scheduler loop)."""
+
+    model: SchedulerModel = field(default_factory=SchedulerModel)
+    cache: SchedulerCache = field(default_factory=SchedulerCache)
+    resume_from: QueueKey | None = None
+    stopped_early: bool = False  # the last cycle ran out of budget: run the next one at once
+    verified_at: float = 0.0
+    forgot_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def budget_for(ctx: ServerContext, started: float) -> Budget:
+    limit = started + ctx.settings.cycle_deadline_ms / 1000
+    return Budget(
+        backfill_jobs=ctx.settings.cycle_backfill_jobs,
+        deadline=lambda: time.monotonic() >= limit,
+    )
 
 
 def run_cycle(ctx: ServerContext, check_nodes: bool = True) -> int | None:
     """One scheduling cycle; returns the number of jobs admitted (None: the queue was empty)."""
     if check_nodes:
         lose_silent_nodes(ctx)
-    with ctx.db.read() as session:
-        snapshot, versions = load_snapshot(ctx, session, queue_only=True)
-    if not snapshot.queue:
-        ctx.positions = {}
-        return None
-    plan = schedule(snapshot, ctx.clock())
-    return apply_plan(ctx, plan, versions)
+    if ctx.scheduler_state is None:
+        ctx.scheduler_state = SchedulerState()
+    state: SchedulerState = ctx.scheduler_state
+    with state.lock:  # tests may run cycles from their own threads
+        started = time.monotonic()
+        with ctx.db.read() as session:
+            state.model.refresh(ctx, session)
+        maintain_model(ctx, state, started)
+        snapshot, versions = state.model.snapshot()
+        if not snapshot.queue:
+            ctx.positions = QueuePositions()
+            state.resume_from, state.stopped_early = None, False
+            return None
+        plan = schedule(
+            snapshot,
+            ctx.clock(),
+            cache=state.cache,
+            budget=budget_for(ctx, started),
+            resume_from=state.resume_from,
+        )
+        state.resume_from = plan.resume_from
+        state.stopped_early = plan.stopped_by is not None
+        gone = {a.job_id for a in plan.admissions} | {i.job_id for i in plan.infeasible}
+        ctx.positions = QueuePositions.publish(
+            state.cache.queues, (state.model.queue[j] for j in gone if j in state.model.queue)
+        )
+        return apply_plan(ctx, plan, dict(versions))
+
+
+def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> None:
+    """Now and then: check the model against the store, and delete change rows already read."""
+    if now - state.verified_at >= ctx.settings.model_verify_s:
+        state.verified_at = now
+        with ctx.db.read() as session:
+            state.model.verify(ctx, session)
+    if now - state.forgot_at >= FORGET_CHANGES_S:
+        state.forgot_at = now
+        with ctx.db.write() as session:
+            state.model.forget_processed(session)
 
 
 class SchedulerLoop:
@@ -61,17 +125,22 @@ class SchedulerLoop:
             started = time.monotonic()
             check = started - last_check >= check_every
             busy = True
+            more = False
             try:
-                busy = run_cycle(self.ctx, check_nodes=check) is not None
+                admitted = run_cycle(self.ctx, check_nodes=check)
+                busy = admitted is not None
+                more = self.ctx.scheduler_state.stopped_early
             except Exception:  # keep scheduling; the next cycle starts from the store again
                 log.exception("scheduling cycle failed")
+                self.ctx.scheduler_state.model.loaded = False
             ended = time.monotonic()
             last_check = started if check else last_check
-            # Anything that happened during the cycle moved the generation past ``seen``: the
-            # wait returns at once and the next cycle sees it.
-            self.ctx.scheduler_wake.wait(
-                seen, min(check_every, self.ctx.settings.scheduler_interval_s)
-            )
+            if not more:  # a cycle that ran out of budget is followed by the next at once
+                # Anything that happened during the cycle moved the generation past ``seen``:
+                # the wait returns at once and the next cycle sees it.
+                self.ctx.scheduler_wake.wait(
+                    seen, min(check_every, self.ctx.settings.scheduler_interval_s)
+                )
             took = max(ended - started, BUSY_GAP_S) if busy else ended - started
             gap = min(took, MAX_GAP_S) - (time.monotonic() - ended)
             if gap > 0:

@@ -40,6 +40,10 @@ class ServerSettings:
     # A server on the network (`shoal server start`): HTTPS only with HOME/pki, agents join with
     # tokens and call with their node certificates. False: local mode, plain HTTP on loopback.
     tls: bool = False
+    # One scheduling cycle's budget (core/budget.py; measured defaults in docs/benchmarks.md).
+    cycle_deadline_ms: float = 40.0  # a cycle stops examining the deep queue after this long
+    cycle_backfill_jobs: int = 2_000  # jobs examined past the VC heads per cycle
+    model_verify_s: float = 60.0  # how often the scheduler's model is checked against the store
 
     @property
     def heartbeat_write_s(self) -> float:

@@ -251,3 +251,15 @@ class DataSetRow(Base):
     size: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
     shares: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class SchedChange(Base):
+    """One changed job, node or VC for the scheduler's model to reload; written by triggers
+    (migration 0017), deleted once the model has read it."""
+
+    __tablename__ = "sched_changes"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(8))  # job | node | vc
+    key: Mapped[str] = mapped_column(String(255))

@@ -96,7 +96,7 @@ def list_jobs(
         jobs = list(session.scalars(query))
         nodes = nodes_of(session, jobs)
         accounts = job_accounts(session, jobs, ctx.clock())
-        summaries = [job_summary(j, ctx.positions.get(j.id), nodes.get(j.id, ())) for j in jobs]
+        summaries = [job_summary(j, ctx.positions.of(j), nodes.get(j.id, ())) for j in jobs]
     for summary in summaries:
         summary.accounting = accounts[summary.id]
     return summaries
@@ -114,7 +114,7 @@ def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
     """One job with its current attempt's tasks. ``job`` is an id or a name."""
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
-        detail = job_detail(session, found, ctx.positions.get(found.id))
+        detail = job_detail(session, found, ctx.positions.of(found))
         detail.accounting = job_accounts(session, [found], ctx.clock())[found.id]
         return detail
 
@@ -136,7 +136,7 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
             virtualCluster=found.virtual_cluster,
             code=found.pending_code,
             message=found.pending_message,
-            position=ctx.positions.get(found.id),
+            position=ctx.positions.of(found),
             blockers=blockers,
             preempting=preempting,
             blockerDetails=None if blockers is None else job_refs(session, blockers, held),

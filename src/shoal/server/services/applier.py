@@ -29,7 +29,6 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
     waiting = [(p.job_id, p.reason) for p in plan.pending]
     waiting += [(i.job_id, i.reason) for i in plan.infeasible]
     changed = [(j, r) for j, r in waiting if ctx.reasons.get(j) != (r.code.value, r.message)]
-    ctx.positions = {p.job_id: p.position for p in plan.pending}
     if not plan.admissions and not changed and not plan.preemptions:
         return 0  # nothing to write: no transaction (every commit costs an fsync)
     with ctx.db.write() as session:

@@ -1,0 +1,110 @@
+"""scheduler change feed: triggers note every change the scheduler's model must see
+
+Revision ID: 0017
+Revises: 0014
+Create Date: 2026-11-25 10:30:00.000000
+
+The scheduler keeps an in-memory model of nodes, running allocations, VCs and the queue
+(server/model.py). Instead of reloading the world every cycle it reads ``sched_changes``: one row
+per changed job, node or VC, written by triggers in the same transaction as the change itself, so
+no writer (API, agent reports, admin tools, another process) can forget to say so. Only the
+columns the scheduler reads fire a trigger, and only when their value changes: heartbeats, usage
+and log counters do not. The model deletes rows it has read.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0017"
+down_revision = "0014"
+branch_labels = None
+depends_on = None
+
+WATCHED = {
+    # table: (kind, key column, columns the scheduler reads)
+    "jobs": (
+        "job",
+        "id",
+        (
+            "state",
+            "version",
+            "completing",
+            "stop_requested",
+            "priority",
+            "virtual_cluster",
+            "submitted_at",
+            "user",
+        ),
+    ),
+    "tasks": (
+        "job",
+        "job_id",
+        ("state", "node", "kill_requested", "cpu_millis", "memory_mib", "gpu_indices", "ports"),
+    ),
+    "nodes": (
+        "node",
+        "name",
+        (
+            "address",
+            "cpu_millis",
+            "memory_mib",
+            "gpu_indices",
+            "gpu_type",
+            "port_low",
+            "port_high",
+            "busy_ports",
+            "schedulable",
+            "state",
+            "hold",
+        ),
+    ),
+    "virtual_clusters": ("vc", "name", ()),
+}
+
+
+def _triggers(table: str, kind: str, key: str, columns: tuple[str, ...]) -> list[str]:
+    note = "INSERT INTO sched_changes (kind, key) VALUES ('{kind}', {row}.\"{key}\");"
+    made = [
+        f"CREATE TRIGGER sched_{table}_insert AFTER INSERT ON {table} BEGIN "
+        + note.format(kind=kind, row="NEW", key=key)
+        + " END",
+        f"CREATE TRIGGER sched_{table}_delete AFTER DELETE ON {table} BEGIN "
+        + note.format(kind=kind, row="OLD", key=key)
+        + " END",
+    ]
+    if columns:
+        changed = " OR ".join(f'OLD."{c}" IS NOT NEW."{c}"' for c in columns)
+        made.append(
+            f"CREATE TRIGGER sched_{table}_update AFTER UPDATE ON {table} WHEN {changed} BEGIN "
+            + note.format(kind=kind, row="NEW", key=key)
+            + " END"
+        )
+    else:
+        made.append(
+            f"CREATE TRIGGER sched_{table}_update AFTER UPDATE ON {table} BEGIN "
+            + note.format(kind=kind, row="NEW", key=key)
+            + " END"
+        )
+    return made
+
+
+def upgrade() -> None:
+    op.create_table(
+        "sched_changes",
+        sa.Column("seq", sa.Integer(), primary_key=True, autoincrement=True),
+        sa.Column("kind", sa.String(length=8), nullable=False),
+        sa.Column("key", sa.String(length=255), nullable=False),
+        sqlite_autoincrement=True,
+    )
+    for table, (kind, key, columns) in WATCHED.items():
+        for statement in _triggers(table, kind, key, columns):
+            op.execute(statement)
+
+
+def downgrade() -> None:
+    for table in WATCHED:
+        for what in ("insert", "update", "delete"):
+            op.execute(f"DROP TRIGGER IF EXISTS sched_{table}_{what}")
+    op.drop_table("sched_changes")
