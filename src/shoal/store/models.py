@@ -258,7 +258,7 @@ class SchedChange(Base):
     (migration 0017), deleted once the model has read it."""
 
     __tablename__ = "sched_changes"
-    __table_args__ = {"sqlite_autoincrement": True}
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 (SQLAlchemy reads it)
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(8))  # job | node | vc
