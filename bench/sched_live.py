@@ -2,9 +2,12 @@
 cold and steady-state cycles, the queue-length sweep, memory and a cProfile of one cycle.
 
 Only ``schedule()`` itself is inside the timers; building snapshots and checking plans are not.
-Every snapshot gets its own tuple of nodes and of allocations, as the server's snapshots do (it
-loads them from the database each cycle), so nothing the core keeps per snapshot (its shared pool
-states) carries over from one timed call to the next.
+As in the server (server/model.py), the cluster keeps one ``SchedulerCache``, the node tuple stays
+the same object while nodes do not change, and each cycle has the server's budget: a 40 ms
+deadline (``CYCLE_DEADLINE_S``) and the default work limits of ``core.budget.Budget``, resuming
+where the previous cycle stopped. A "cold" run is the cycles from an empty cluster until one
+admits nothing and does not stop early; its throughput is jobs admitted per second of all those
+cycles together.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from shoal.core.budget import Budget
+from shoal.core.cache import SchedulerCache
 from shoal.core.plan import Plan
+from shoal.core.queueindex import QueueKey
 from shoal.core.resources import ResourceVector
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import (
@@ -34,6 +40,8 @@ from shoal.core.snapshot import (
 from workload import GPUS_PER_NODE, JobFactory, make_nodes, make_virtual_clusters
 
 FINISH_FRACTION = 0.05
+CYCLE_DEADLINE_S = 0.040  # the server's default (ServerSettings.cycle_deadline_ms)
+MAX_COLD_CYCLES = 400
 PROFILE_ROWS = 15
 
 
@@ -58,8 +66,8 @@ def check_plan(plan: Plan, queue: dict[str, JobRequest]) -> int:
         seen.add(admission.job_id)
         tasks += job.task_count
     accounted = len(plan.admissions) + len(plan.pending) + len(plan.infeasible)
-    if accounted != len(queue):
-        raise AssertionError(f"plan accounts for {accounted} of {len(queue)} queued jobs")
+    if accounted != plan.examined:
+        raise AssertionError(f"plan accounts for {accounted} of {plan.examined} examined jobs")
     return tasks
 
 
@@ -76,6 +84,8 @@ class LiveCluster:
     running_jobs: dict[str, JobRequest] = field(default_factory=dict)
     preempted: int = 0
     last: ClusterSnapshot | None = None  # the last snapshot scheduled in the live loop
+    cache: SchedulerCache = field(default_factory=SchedulerCache)
+    resume_from: QueueKey | None = None
 
     @classmethod
     def create(cls, nodes: int, jobs: int, vcs: int, seed: int) -> LiveCluster:
@@ -151,10 +161,22 @@ class Timing:
     cpu: float  # this process's CPU seconds; wall >> cpu means the machine was contended
 
 
-def timed_schedule(snapshot: ClusterSnapshot, now: float) -> tuple[Plan, Timing]:
+def timed_schedule(
+    snapshot: ClusterSnapshot, now: float, cluster: LiveCluster | None = None
+) -> tuple[Plan, Timing]:
+    """One cycle; with ``cluster``, bounded as the server runs it (its cache, its resume point,
+    the deadline), else the unbounded cycle on a fresh cache."""
     gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
-    plan = schedule(snapshot, now)
+    if cluster is None:
+        plan = schedule(snapshot, now)
+    else:
+        limit = wall + CYCLE_DEADLINE_S
+        budget = Budget(deadline=lambda: time.perf_counter() >= limit)
+        plan = schedule(
+            snapshot, now, cache=cluster.cache, budget=budget, resume_from=cluster.resume_from
+        )
+        cluster.resume_from = plan.resume_from
     return plan, Timing(time.perf_counter() - wall, time.process_time() - cpu)
 
 
@@ -176,30 +198,40 @@ def fresh(snapshot: ClusterSnapshot) -> ClusterSnapshot:
 
 
 def run_cold(cluster: LiveCluster, repeats: int) -> dict[str, Any]:
-    """A cycle on an empty cluster with the whole queue, ``repeats`` times on equal snapshots
-    (schedule() is pure, so every run must return the same plan); the admissions then start."""
+    """From an empty cluster with the whole queue: bounded cycles (admissions start after each)
+    until a cycle admits nothing and did not stop early. The unbounded cycle is checked to be
+    deterministic first (``repeats`` equal plans on equal snapshots; not timed)."""
     snapshot = cluster.snapshot()
-    plan, timing = timed_schedule(snapshot, now=0.0)
-    runs = [timing]
-    for _ in range(repeats - 1):
-        again, timing = timed_schedule(fresh(snapshot), now=0.0)
-        if again != plan:
+    if repeats > 1:
+        first = schedule(snapshot, 0.0)
+        if schedule(fresh(snapshot), 0.0) != first:
             raise AssertionError("schedule() returned a different plan for an equal snapshot")
+    runs: list[Timing] = []
+    admitted = tasks = pending = infeasible = 0
+    queued = len(snapshot.queue)
+    for _ in range(MAX_COLD_CYCLES):
+        plan, timing = timed_schedule(cluster.snapshot(), 0.0, cluster)
+        tasks += check_plan(plan, cluster.queue)
+        cluster.apply(plan)
         runs.append(timing)
-    tasks = check_plan(plan, cluster.queue)
-    cluster.apply(plan)
+        admitted += len(plan.admissions)
+        pending, infeasible = len(plan.pending), infeasible + len(plan.infeasible)
+        if not plan.admissions and plan.stopped_by is None:
+            break
     cluster.check_capacity()
-    median = percentile([t.wall for t in runs], 0.5)
+    wall = sum(t.wall for t in runs)
     return {
-        "seconds": median,
-        "cpu_seconds": percentile([t.cpu for t in runs], 0.5),
+        "seconds": wall,
+        "cpu_seconds": sum(t.cpu for t in runs),
+        "cycles": len(runs),
+        "max_cycle_seconds": max(t.wall for t in runs),
         "runs_seconds": [t.wall for t in runs],
-        "queued": len(snapshot.queue),
-        "admitted": len(plan.admissions),
+        "queued": queued,
+        "admitted": admitted,
         "tasks_placed": tasks,
-        "pending": len(plan.pending),
-        "infeasible": len(plan.infeasible),
-        "admitted_per_second": len(plan.admissions) / median,
+        "pending": pending,
+        "infeasible": infeasible,
+        "admitted_per_second": admitted / wall,
         "distinct_shapes": len({job.shape() for job in snapshot.queue}),
         "gpus_in_use": cluster.gpus_in_use(),
     }
@@ -217,7 +249,7 @@ def run_steady(cluster: LiveCluster, cycles: int, rng: random.Random) -> dict[st
         cluster.top_up()
         snapshot = cluster.last = cluster.snapshot()
         allocations.append(len(snapshot.allocations))
-        plan, timing = timed_schedule(snapshot, now=float(cycle))
+        plan, timing = timed_schedule(snapshot, float(cycle), cluster)
         tasks += check_plan(plan, cluster.queue)
         cluster.apply(plan)
         latencies.append(timing.wall)
@@ -287,13 +319,22 @@ BREAKDOWN = (
 )
 
 
-def profile_cycle(snapshot: ClusterSnapshot, now: float) -> dict[str, Any]:
+def profile_cycle(
+    snapshot: ClusterSnapshot,
+    now: float,
+    cache: SchedulerCache | None = None,
+    budget: Budget | None = None,
+    resume_from: QueueKey | None = None,
+) -> dict[str, Any]:
     """cProfile one schedule() call: the top functions by cumulative and by own time, and the
     share of the cycle in the functions of ``BREAKDOWN``."""
     profiler = cProfile.Profile()
     gc.collect()
     profiler.enable()
-    schedule(snapshot, now)
+    if budget is None:
+        schedule(snapshot, now, cache=cache, resume_from=resume_from)
+    else:
+        schedule(snapshot, now, cache=cache, budget=budget, resume_from=resume_from)
     profiler.disable()
     stats = pstats.Stats(profiler)
     rows = []

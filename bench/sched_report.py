@@ -132,9 +132,13 @@ def _s(seconds: float) -> str:
 Row = tuple[str, Callable[[dict[str, Any]], str]]
 RESULT_ROWS: tuple[Row, ...] = (
     ("queued gang jobs / virtual clusters", lambda r: f"{r['jobs']:,} / {r['vcs']}"),
-    ("cold: cycle wall time (median)", lambda r: _s(r["cold"]["seconds"])),
-    ("cold: CPU time (median)", lambda r: _s(r["cold"]["cpu_seconds"])),
-    ("cold: timed runs", lambda r: str(len(r["cold"]["runs_seconds"]))),
+    ("cold: bounded cycles until the cluster is full", lambda r: str(r["cold"].get("cycles", 1))),
+    ("cold: wall time of those cycles", lambda r: _s(r["cold"]["seconds"])),
+    ("cold: CPU time of those cycles", lambda r: _s(r["cold"]["cpu_seconds"])),
+    (
+        "cold: longest cycle (wall)",
+        lambda r: _ms(r["cold"].get("max_cycle_seconds", r["cold"]["seconds"])),
+    ),
     (
         "cold: jobs admitted / tasks placed",
         lambda r: f"{r['cold']['admitted']:,} / {r['cold']['tasks_placed']:,}",

@@ -38,7 +38,6 @@ from rich.console import Console
 from sched_live import (
     LiveCluster,
     deep_size,
-    fresh,
     peak_rss_mib,
     profile_cycle,
     run_cold,
@@ -58,6 +57,8 @@ from sched_report import (
     scaling_section,
     targets_section,
 )
+from shoal.core.budget import Budget
+from shoal.core.cache import SchedulerCache
 
 FULL = {
     "nodes": "1000,5000,10000",
@@ -102,10 +103,16 @@ def bench_size(size: int, args: dict[str, Any]) -> dict[str, Any]:
     cold_size = deep_size(cluster.snapshot())
     profile: dict[str, Any] = {}
     if size == args["profile_nodes"]:
-        profile["cold"] = profile_cycle(cluster.snapshot(), now=0.0)
+        # the first bounded cycle on the empty cluster, with its own fresh cache, no deadline
+        profile["cold"] = profile_cycle(
+            cluster.snapshot(), now=0.0, cache=SchedulerCache(), budget=Budget()
+        )
     cold = run_cold(cluster, args["repeat"])
-    runs = ", ".join(f"{t:.2f}" for t in cold["runs_seconds"])
-    log(f"  cold cycle runs {runs} s: {cold['admitted']:,} admitted")
+    log(
+        f"  cold: {cold['cycles']} cycles, {cold['seconds']:.2f} s, {cold['admitted']:,} "
+        f"admitted ({cold['admitted_per_second']:,.0f}/s), longest "
+        f"{cold['max_cycle_seconds'] * 1000:.0f} ms"
+    )
     cycles = args["cycles"](size)
     steady = run_steady(cluster, cycles, random.Random(seed + 1))
     log(
@@ -115,7 +122,13 @@ def bench_size(size: int, args: dict[str, Any]) -> dict[str, Any]:
     assert cluster.last is not None
     steady_size = deep_size(cluster.last)
     if profile:  # the last steady cycle again (an equal snapshot), under the profiler
-        profile["steady"] = profile_cycle(fresh(cluster.last), now=float(cycles))
+        profile["steady"] = profile_cycle(
+            cluster.last,
+            now=float(cycles),
+            cache=cluster.cache,
+            budget=Budget(),
+            resume_from=cluster.resume_from,
+        )
         profile["nodes"] = size
         log(
             f"  profiled: cold {profile['cold']['total_seconds']:.1f} s, steady "
