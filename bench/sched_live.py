@@ -41,7 +41,7 @@ from workload import GPUS_PER_NODE, JobFactory, make_nodes, make_virtual_cluster
 
 FINISH_FRACTION = 0.05
 CYCLE_DEADLINE_S = 0.040  # the server's default (ServerSettings.cycle_deadline_ms)
-MAX_COLD_CYCLES = 400
+MAX_COLD_CYCLES = 2_000
 PROFILE_ROWS = 15
 
 
@@ -199,16 +199,20 @@ def fresh(snapshot: ClusterSnapshot) -> ClusterSnapshot:
 
 def run_cold(cluster: LiveCluster, repeats: int) -> dict[str, Any]:
     """From an empty cluster with the whole queue: bounded cycles (admissions start after each)
-    until a cycle admits nothing and did not stop early. The unbounded cycle is checked to be
-    deterministic first (``repeats`` equal plans on equal snapshots; not timed)."""
+    until a cycle admits nothing and did not stop early. The first cycle (without a deadline)
+    is checked to be deterministic first: equal plans on equal snapshots with fresh caches (not
+    timed)."""
     snapshot = cluster.snapshot()
     if repeats > 1:
-        first = schedule(snapshot, 0.0)
-        if schedule(fresh(snapshot), 0.0) != first:
+        first = schedule(snapshot, 0.0, cache=SchedulerCache(), budget=Budget())
+        again = schedule(fresh(snapshot), 0.0, cache=SchedulerCache(), budget=Budget())
+        if again != first:
             raise AssertionError("schedule() returned a different plan for an equal snapshot")
     runs: list[Timing] = []
     admitted = tasks = pending = infeasible = 0
     queued = len(snapshot.queue)
+    idle_examined = 0  # jobs examined since the last admission
+    last_admitting = 0
     for _ in range(MAX_COLD_CYCLES):
         plan, timing = timed_schedule(cluster.snapshot(), 0.0, cluster)
         tasks += check_plan(plan, cluster.queue)
@@ -216,8 +220,13 @@ def run_cold(cluster: LiveCluster, repeats: int) -> dict[str, Any]:
         runs.append(timing)
         admitted += len(plan.admissions)
         pending, infeasible = len(plan.pending), infeasible + len(plan.infeasible)
-        if not plan.admissions and plan.stopped_by is None:
+        if plan.admissions:
+            idle_examined, last_admitting = 0, len(runs)
+        else:
+            idle_examined += plan.examined
+        if idle_examined >= len(cluster.queue):  # a whole sweep of the queue admitted nothing
             break
+    runs = runs[: max(last_admitting, 1)]  # the cycles until the cluster was full
     cluster.check_capacity()
     wall = sum(t.wall for t in runs)
     return {

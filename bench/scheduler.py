@@ -109,7 +109,8 @@ def bench_size(size: int, args: dict[str, Any]) -> dict[str, Any]:
         )
     cold = run_cold(cluster, args["repeat"])
     log(
-        f"  cold: {cold['cycles']} cycles, {cold['seconds']:.2f} s, {cold['admitted']:,} "
+        f"  cold: {cold['cycles']} cycles, {cold['seconds']:.2f} s "
+        f"(CPU {cold['cpu_seconds']:.2f} s), {cold['admitted']:,} "
         f"admitted ({cold['admitted_per_second']:,.0f}/s), longest "
         f"{cold['max_cycle_seconds'] * 1000:.0f} ms"
     )
