@@ -100,9 +100,12 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_user_name", "user", "name"),
+        Index("ix_jobs_array", "array_job_id", "state", "array_held"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # submission order; the job's id is its seq. An array element's is negative
+    # (-(parent's seq x 10^6 + index)): it takes no id, and listings by seq never scan elements.
     seq: Mapped[int] = mapped_column(Integer, unique=True)
     name: Mapped[str] = mapped_column(String(255))
     user: Mapped[str] = mapped_column(String(64))
@@ -143,6 +146,15 @@ class Job(Base):
     retries_user: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     retries_platform: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     retries_resource: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Job arrays (docs/arrays.md). A parent has ``array_size`` (its element count) and
+    # ``array_cap`` (None: no cap) and no tasks of its own; an element has ``array_job_id`` (the
+    # parent's id) and ``array_index``, and its id is ``PARENT_INDEX``. ``array_held``: the job is
+    # not for the scheduler: a parent, or an element held back by its array's cap.
+    array_job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_cap: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_held: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
 
 class Task(Base):

@@ -96,20 +96,25 @@ def account(tasks: Iterable[TaskRun], job_end: float | None, now: float) -> Acco
     )
 
 
-def _runs_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, list[TaskRun]]:
+_RUN_COLUMNS = (Task.gpu_indices, Task.started_at, Task.finished_at, Task.usage, Task.earlier_usage)
+
+
+def _runs_by_job(
+    session: Session, job_ids: Sequence[str], parents: Sequence[str] = ()
+) -> dict[str, list[TaskRun]]:
+    """Each job's task runs; an array's parent (``parents``) has its elements' tasks."""
     runs: dict[str, list[TaskRun]] = {job_id: [] for job_id in job_ids}
     if not job_ids:
         return runs
-    rows = session.execute(
-        select(
-            Task.job_id,
-            Task.gpu_indices,
-            Task.started_at,
-            Task.finished_at,
-            Task.usage,
-            Task.earlier_usage,
-        ).where(Task.job_id.in_(list(job_ids)))
+    rows = list(
+        session.execute(select(Task.job_id, *_RUN_COLUMNS).where(Task.job_id.in_(list(job_ids))))
     )
+    if parents:
+        rows += session.execute(
+            select(Job.array_job_id, *_RUN_COLUMNS)
+            .join(Job, Job.id == Task.job_id)
+            .where(Job.array_job_id.in_(list(parents)))
+        )
     for job_id, gpus, started, finished, usage, earlier in rows:
         runs[job_id].append(
             TaskRun(len(gpus or ()), started, finished, dict(usage or {}), dict(earlier or {}))
@@ -118,8 +123,9 @@ def _runs_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, list[Tas
 
 
 def job_accounts(session: Session, jobs: Sequence[Job], now: float) -> dict[str, Accounting]:
-    """Each job's accounting, in one query."""
-    runs = _runs_by_job(session, [job.id for job in jobs])
+    """Each job's accounting, in one query (two with arrays: a parent sums its elements')."""
+    parents = [job.id for job in jobs if job.array_size is not None]
+    runs = _runs_by_job(session, [job.id for job in jobs], parents)
     return {
         job.id: account(runs[job.id], None if job.state in ACTIVE else job.completed_at, now)
         for job in jobs
@@ -131,7 +137,7 @@ def usage(
 ) -> list[UsageRow]:
     """Sums per user or VC over the jobs active at any time in the window (a job counts whole,
     with all it used); ``user``: only that user's jobs."""
-    query = select(Job)
+    query = select(Job).where(Job.array_size.is_(None))  # an array counts by its elements
     if since_s is not None:
         query = query.where(or_(Job.completed_at.is_(None), Job.completed_at >= now - since_s))
     if user is not None:

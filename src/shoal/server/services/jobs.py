@@ -7,35 +7,39 @@ import binascii
 import hashlib
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from shoal import archives
-from shoal.core.lifecycle import StopCause, stopped_job
 from shoal.core.plan import InfeasibleJob
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot
-from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
+from shoal.core.states import State
 from shoal.planning import job_request
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.notify import note_news, noted_news
+from shoal.server.notify import noted_news
 from shoal.server.schemas import SubmitRequest
+from shoal.server.services.arrays import element_rows
 from shoal.server.services.blobs import Received
 from shoal.server.services.datasets import blob_store, resolve_declared
 from shoal.server.services.events import record
 from shoal.server.services.nodes import load_nodes
+from shoal.server.services.stopping import stop_array, stop_job
 from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
 from shoal.server.services.vcs import ensure_exists
+from shoal.spec.arrays import ArrayError, ArrayRange, parse_array
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_text
 from shoal.spec.model import JobSpec, SourceFormat
 from shoal.spec.patterns import JOB_NAME_RE
-from shoal.store.models import Job, Task
+from shoal.store.models import Job
 
 ACTIVE = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
+MAX_ARRAY_TASKS = 100_000  # tasks of all the elements of one array
 # Statements built once (SQLAlchemy then skips their construction on every submission).
 _MAX_SEQ = select(func.max(Job.seq))
 _CLASH = (
@@ -131,15 +135,27 @@ def _keep_inline_archive(ctx: ServerContext, data: bytes) -> str:
     return sha256
 
 
-def submit(
-    ctx: ServerContext, principal: Principal, request: SubmitRequest
-) -> tuple[list[str], list[dict[str, object]], list[str]]:
-    """Store the job(s), committed before this returns; returns their ids, the warnings and
-    their names.
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What a submission stored (committed): the jobs' ids and names, the warnings, and the
+    array each job is the parent of (None for an ordinary job)."""
+
+    ids: list[str]
+    names: list[str]
+    warnings: list[dict[str, object]]
+    array: ArrayRange | None = None
+
+
+def submit(ctx: ServerContext, principal: Principal, request: SubmitRequest) -> Submitted:
+    """Store the job(s), committed before this returns.
 
     The rows are written with plain inserts (no ORM unit of work): a submission is one short
-    transaction of a few statements, then one fsync."""
+    transaction of a few statements, then one fsync. An array is its parent and its elements,
+    written together in the same transaction (docs/arrays.md)."""
     fmt, specs, warnings = parse_submission(request)
+    array = array_of(request, specs)
+    if array is not None:
+        specs = [specs[0].model_copy(update={"array": array.expression})]
     check_variables(request)
     specs = [with_cli_env(spec, request.env) for spec in specs]
     where = workdir_warning(request)
@@ -158,17 +174,75 @@ def submit(
             seq = (connection.execute(_MAX_SEQ).scalar() or 0) + 1
             job_id = str(seq)
             row = _new_job(job_id, seq, spec, principal, vc, fmt, request, now)
-            connection.execute(_INSERT_JOB, {**row, "code_hash": code_hash, "data_sets": pinned})
-            record(
-                session,
-                job_id,
-                now,
-                "queued",
-                f"submitted by {principal.user} to virtual cluster {vc}",
-            )
+            row |= {"code_hash": code_hash, "data_sets": pinned}
+            queued = f"submitted by {principal.user} to virtual cluster {vc}"
+            if array is None:
+                connection.execute(_INSERT_JOB, row)
+            else:
+                _insert_array(session, row, array, now)
+                queued = f"array {array.expression} of {array.size} elements {queued}"
+            record(session, job_id, now, "queued", queued)
             ids.append(job_id)
     ctx.wake_scheduler()
-    return ids, warnings, [spec.name for spec in specs]
+    return Submitted(ids, [spec.name for spec in specs], warnings, array)
+
+
+def array_of(request: SubmitRequest, specs: list[JobSpec]) -> ArrayRange | None:
+    """The array to submit the job as: ``array`` of the request (``--array``), else the job
+    file's; a 400 ``InvalidArray`` naming the field and the fix if it is not valid."""
+    text = request.array if request.array is not None else None
+    if text is None and len(specs) == 1:
+        text = specs[0].array
+    if text is None:
+        return None
+    if len(specs) > 1:
+        raise ApiError(
+            400,
+            "InvalidArray",
+            f"array: the file holds {len(specs)} jobs; an array is made of one job: "
+            "submit each as its own file",
+        )
+    try:
+        array = parse_array(text)
+    except ArrayError as exc:
+        raise ApiError(
+            400,
+            "InvalidArray",
+            f"array {text!r}: {exc.message}; {exc.hint}",
+            [{"path": "array", "message": exc.message, "hint": exc.hint}],
+        ) from None
+    tasks = array.size * specs[0].total_instances
+    if tasks > MAX_ARRAY_TASKS:
+        raise ApiError(
+            400,
+            "InvalidArray",
+            f"array {array.expression}: {array.size:,} elements of "
+            f"{specs[0].total_instances} tasks are {tasks:,} tasks; at most "
+            f"{MAX_ARRAY_TASKS:,} per array: split it into smaller arrays",
+        )
+    return array
+
+
+def _insert_array(
+    session: Session, parent: dict[str, object], array: ArrayRange, now: float
+) -> None:
+    """The parent (held: never scheduled itself) and its elements, past the cap held too."""
+    parent |= {"array_size": array.size, "array_cap": array.cap, "array_held": True}
+    spec = parent["spec"]
+    assert isinstance(spec, dict)
+    elements = element_rows(parent, array, {**spec, "array": None})
+    connection = session.connection()
+    connection.execute(_INSERT_JOB, parent)
+    connection.execute(_INSERT_JOB, elements)
+    for element in elements:
+        held = " (held by the cap until an earlier element ends)" if element["array_held"] else ""
+        record(
+            session,
+            str(element["id"]),
+            now,
+            "queued",
+            f"element {element['array_index']} of array {parent['id']}{held}",
+        )
 
 
 def _check_membership(session: Session, principal: Principal, vc: str) -> None:
@@ -258,14 +332,19 @@ def find_job(session: Session, principal: Principal, ref: str) -> Job:
 
 
 def _newest(session: Session, user: str, name: str) -> Job | None:
+    """The user's newest job named ``name`` (an array by its parent, never an element)."""
     return session.scalar(
-        select(Job).where(Job.user == user, Job.name == name).order_by(Job.seq.desc()).limit(1)
+        select(Job)
+        .where(Job.user == user, Job.name == name, Job.array_job_id.is_(None))
+        .order_by(Job.seq.desc())
+        .limit(1)
     )
 
 
 def _anyone_named(session: Session, name: str) -> Job | None:
     """The newest job named ``name`` if it is one user's (active jobs win over finished ones)."""
-    jobs = list(session.scalars(select(Job).where(Job.name == name).order_by(Job.seq.desc())))
+    named = select(Job).where(Job.name == name, Job.array_job_id.is_(None))
+    jobs = list(session.scalars(named.order_by(Job.seq.desc())))
     active = [job for job in jobs if job.state in ACTIVE]
     candidates = active or jobs
     users = sorted({job.user for job in candidates})
@@ -282,41 +361,14 @@ def _anyone_named(session: Session, name: str) -> Job | None:
 
 
 def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
+    """Stop a job; an array's parent stops every element with it (``stopping.stop_array``)."""
     now = ctx.clock()
     with ctx.db.write() as session:
         job = find_job(session, principal, ref)
-        state = State(job.state)
-        if state.is_terminal or state is State.STOPPING:
-            return job
-        job.stop_requested = True
-        job.version += 1
-        end = stopped_job(StopCause.USER, principal.user)
-        job.diagnostics = end.diagnostics
-        if state is State.WAITING and job.completing is None:
-            job.state = advance_job(state, JobEvent.STOP_REQUESTED).value
-            job.completed_at = now
-            job.exit_class, job.exit_code = end.exit_class.value, end.exit_code
-            job.pending_code = job.pending_message = None
-            record(session, job.id, now, "stopped", f"stopped by {principal.user} while waiting")
+        if job.array_size is not None:
+            stop_array(session, job, principal.user, now)
         else:
-            job.state = State.STOPPING.value if state is State.RUNNING else job.state
-            request_kill(session, job.id)
-            record(session, job.id, now, "stopping", f"stop requested by {principal.user}")
+            stop_job(session, job, principal.user, now)
     ctx.wake_agents(noted_news(session))
     ctx.wake_scheduler()
     return job
-
-
-def request_kill(session: Session, job_id: str, tasks: list[Task] | None = None) -> None:
-    """Ask the agents to end every unfinished task of the job (``tasks``: its unfinished tasks
-    if the caller has them already)."""
-    if tasks is None:
-        tasks = list(session.scalars(select(Task).where(Task.job_id == job_id)))
-    for task in tasks:
-        state = State(task.state)
-        if state.is_terminal:
-            continue
-        task.kill_requested = True
-        note_news(session, [task.node])
-        if state is State.RUNNING:
-            task.state = advance_task(state, TaskEvent.STOP_REQUESTED).value
