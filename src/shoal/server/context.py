@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from shoal.core.snapshot import JobRequest
+from shoal.server.group_commit import GroupCommit
 from shoal.server.notify import NodeNews, Notifier
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database
@@ -43,6 +44,12 @@ class ServerContext:
     closing: bool = False  # set when the server shuts down: long polls answer at once
     positions: dict[str, int] = field(default_factory=dict)  # queue positions, last cycle
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written
+    # job shapes that fitted the nodes at submission, and when (``submission._never_fits``)
+    fits: dict[tuple[object, ...], float] = field(default_factory=dict)
+    commits: GroupCommit = field(init=False)  # submissions, several per transaction
+
+    def __post_init__(self) -> None:
+        self.commits = GroupCommit(self.db, ApiError, self.wake_scheduler)
 
     def wake_scheduler(self) -> None:
         self.scheduler_wake.notify()

@@ -28,6 +28,7 @@ from shoal.server.schemas import (
     SubmittedJob,
 )
 from shoal.server.services import jobs as job_service
+from shoal.server.services import submission
 from shoal.server.services.accounting import job_accounts
 from shoal.server.services.arrays import element_counts
 from shoal.server.services.dryrun import plan_jobs
@@ -50,10 +51,10 @@ JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED"
 
 
 @router.post("", status_code=201, response_model=list[SubmittedJob])
-def submit_job(body: SubmitRequest, ctx: Context, caller: Caller) -> list[SubmittedJob]:
+async def submit_job(body: SubmitRequest, ctx: Context, caller: Caller) -> list[SubmittedJob]:
     """Submit a job file (with ``array``: as a job array, docs/arrays.md). The job is stored
     durably before this answers."""
-    done = job_service.submit(ctx, caller, body)
+    done = await submission.submit_grouped(ctx, caller, body)
     array = None
     if done.array is not None:
         size, cap = done.array.size, done.array.cap

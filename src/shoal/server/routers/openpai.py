@@ -18,7 +18,7 @@ from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import SubmitRequest, VirtualClusterOut
 from shoal.server.services import jobs as job_service
-from shoal.server.services import vcs
+from shoal.server.services import submission, vcs
 from shoal.server.services.views import current_tasks
 from shoal.store.models import Job, Task
 
@@ -69,7 +69,7 @@ async def submit(request: Request, ctx: Context, caller: Caller) -> dict[str, st
     except UnicodeDecodeError:
         raise ApiError(400, "InvalidProtocolError", "the job is not UTF-8 text") from None
     try:
-        done = job_service.submit(ctx, caller, SubmitRequest(spec=text))
+        done = await submission.submit_grouped(ctx, caller, SubmitRequest(spec=text))
     except ApiError as exc:
         if exc.code == "InvalidJobSpec":
             raise ApiError(400, "InvalidProtocolError", exc.message, exc.problems) from None
