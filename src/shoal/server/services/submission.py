@@ -151,7 +151,10 @@ def parse_submission(
 ) -> tuple[SourceFormat, list[JobSpec], list[dict[str, object]]]:
     fmt = None if request.format == "auto" else SourceFormat(request.format)
     try:
-        parsed = _read(request.spec, fmt, tuple(sorted(request.params.items())))
+        if len(request.spec) <= INLINE_READ_LIMIT:  # small files only: the memo stays small
+            parsed = _read(request.spec, fmt, tuple(sorted(request.params.items())))
+        else:
+            parsed = load_job_text(request.spec, request.params, fmt)
     except SpecError as exc:
         raise ApiError(
             400,
