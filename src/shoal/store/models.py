@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -100,7 +100,14 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_user_name", "user", "name"),
-        Index("ix_jobs_array", "array_job_id", "state", "array_held"),
+        # elements only (partial): a listing's "array_job_id IS NULL" keeps the seq index
+        Index(
+            "ix_jobs_array",
+            "array_job_id",
+            "state",
+            "array_held",
+            sqlite_where=text("array_job_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from shoal.core.arrays import held_at_submission
 from shoal.core.states import State
@@ -48,6 +48,18 @@ from shoal.store.models import Job, Task
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
+# A summary needs none of these: a page of 10,000 jobs does not read their job files.
+SUMMARY_ONLY = tuple(
+    defer(column)
+    for column in (
+        Job.source_text,
+        Job.secrets,
+        Job.inherited_env,
+        Job.data_sets,
+        Job.diagnostics,
+        Job.submit_dir,
+    )
+)
 
 
 @router.post("", status_code=201, response_model=list[SubmittedJob])
@@ -110,6 +122,7 @@ def list_jobs(
         )
     query = (
         select(Job)
+        .options(*SUMMARY_ONLY)
         .where(Job.array_job_id.is_(None))
         .order_by(Job.seq.desc())
         .limit(limit)

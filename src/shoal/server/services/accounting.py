@@ -136,24 +136,34 @@ def usage(
     session: Session, by: str, since_s: float | None, now: float, user: str | None = None
 ) -> list[UsageRow]:
     """Sums per user or VC over the jobs active at any time in the window (a job counts whole,
-    with all it used); ``user``: only that user's jobs."""
-    query = select(Job).where(Job.array_size.is_(None))  # an array counts by its elements
+    with all it used); ``user``: only that user's jobs. An array counts by its elements. One
+    query, read in chunks and folded job by job: memory does not grow with the history."""
+    query = (
+        select(Job.id, Job.user, Job.virtual_cluster, Job.state, Job.completed_at, *_RUN_COLUMNS)
+        .outerjoin(Task, Task.job_id == Job.id)
+        .where(Job.array_size.is_(None))
+        .order_by(Job.id)
+        .execution_options(yield_per=2000)
+    )
     if since_s is not None:
         query = query.where(or_(Job.completed_at.is_(None), Job.completed_at >= now - since_s))
     if user is not None:
         query = query.where(Job.user == user)
-    jobs = list(session.scalars(query))
-    accounts = job_accounts(session, jobs, now)
     sums: dict[str, dict[str, float]] = {}
-    for job in jobs:
-        key = job.user if by == "user" else job.virtual_cluster
-        row = sums.setdefault(key, {"jobs": 0, "gpu": 0.0, "cpu": 0.0, "elapsed": 0.0, "mem": 0.0})
-        used = accounts[job.id]
-        row["jobs"] += 1
-        row["gpu"] += used.gpuHours
-        row["cpu"] += used.cpuSeconds / 3600
-        row["elapsed"] += used.elapsedS / 3600
-        row["mem"] = max(row["mem"], used.peakMemoryMiB)
+    job: Any = None
+    runs: list[TaskRun] = []
+    for row in session.execute(query):
+        if job is None or row.id != job.id:
+            _add(sums, by, job, runs, now)
+            job, runs = row, []
+        if row.gpu_indices is not None:  # the job has tasks (the outer join's other rows)
+            gpus, started, finished = len(row.gpu_indices), row.started_at, row.finished_at
+            runs.append(
+                TaskRun(
+                    gpus, started, finished, dict(row.usage or {}), dict(row.earlier_usage or {})
+                )
+            )
+    _add(sums, by, job, runs, now)
     return [
         UsageRow(
             key=key,
@@ -165,3 +175,19 @@ def usage(
         )
         for key, row in sorted(sums.items(), key=lambda item: (-item[1]["gpu"], item[0]))
     ]
+
+
+def _add(
+    sums: dict[str, dict[str, float]], by: str, job: Any, runs: list[TaskRun], now: float
+) -> None:
+    """Add one job (a row of ``usage``'s query) and its task runs to the sums."""
+    if job is None:
+        return
+    key = job.user if by == "user" else job.virtual_cluster
+    row = sums.setdefault(key, {"jobs": 0, "gpu": 0.0, "cpu": 0.0, "elapsed": 0.0, "mem": 0.0})
+    used = account(runs, None if job.state in ACTIVE else job.completed_at, now)
+    row["jobs"] += 1
+    row["gpu"] += used.gpuHours
+    row["cpu"] += used.cpuSeconds / 3600
+    row["elapsed"] += used.elapsedS / 3600
+    row["mem"] = max(row["mem"], used.peakMemoryMiB)
