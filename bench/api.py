@@ -22,9 +22,10 @@ scheduler runs elsewhere (issue #11, item 3).
   rest queue, so a scheduler with a growing queue shares the interpreter.
 - **reads**: ``--nodes`` nodes of 8 GPUs and ``--queue`` queued 8-GPU jobs, so every cycle works
   through a deep queue (the first admits one job per node); once the first cycle is done, 4
-  readers alternate ``job list`` (``GET /api/v1/jobs?state=WAITING&state=RUNNING&state=STOPPING``)
-  and ``job status`` (``GET /api/v1/jobs/{id}``, random ids) for ``--read-seconds``; then the same
-  reads on the same store with the API alone.
+  readers alternate ``job list`` (``GET /api/v1/jobs?state=WAITING&state=RUNNING&state=STOPPING``,
+  the first 100) and ``job status`` (``GET /api/v1/jobs/{id}``, random ids), each one request
+  every 100 ms, for ``--read-seconds``; then the same reads on the same store with the API
+  alone.
 - **history**: ``--history`` finished jobs (tasks with usage, 5 events each) and a server with its
   scheduler; its resident memory idle, then after listing, job details, events, the usage report,
   and 1,000 submissions (RSS now and its peak, VmHWM).
@@ -68,6 +69,7 @@ TRIVIAL = (
 )
 CLIENT_PROCESSES = 4
 ACTIVE = "state=WAITING&state=RUNNING&state=STOPPING"
+READ_INTERVAL_S = 0.1  # each reader sends a request every 100 ms
 
 
 # ---- servers ------------------------------------------------------------------------------
@@ -296,7 +298,10 @@ def _reader(server: Server, ids: list[str], until: float, seed: int, out: list[A
     lists: list[float] = []
     status: list[float] = []
     turn = 0
+    next_at = time.monotonic()
     while time.monotonic() < until:
+        next_at += READ_INTERVAL_S  # paced, as people and scripts poll: not a saturating flood
+        time.sleep(max(0.0, next_at - time.monotonic()))
         listing = turn % 2 == 0
         path = f"/api/v1/jobs?{ACTIVE}&limit=100" if listing else f"/api/v1/jobs/{rng.choice(ids)}"
         started = time.perf_counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session, defer
 
 from shoal.core.arrays import held_at_submission
@@ -49,7 +49,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 # A summary needs none of these: a page of 10,000 jobs does not read their job files.
-SUMMARY_ONLY = tuple(
+_SUMMARY_ONLY = tuple(
     defer(column)
     for column in (
         Job.source_text,
@@ -60,6 +60,7 @@ SUMMARY_ONLY = tuple(
         Job.submit_dir,
     )
 )
+_SUMMARIES = select(Job).options(*_SUMMARY_ONLY).where(Job.id.in_(bindparam("ids", expanding=True)))
 
 
 @router.post("", status_code=201, response_model=list[SubmittedJob])
@@ -121,8 +122,7 @@ def list_jobs(
             f"state: {bad[0]!r} is not a job state; use one of {', '.join(JOB_STATES)}",
         )
     query = (
-        select(Job)
-        .options(*SUMMARY_ONLY)
+        select(Job.id)
         .where(Job.array_job_id.is_(None))
         .order_by(Job.seq.desc())
         .limit(limit)
@@ -137,7 +137,11 @@ def list_jobs(
     if since is not None:
         query = query.where(Job.submitted_at >= since)
     with ctx.db.read() as session:
-        jobs = list(session.scalars(query))
+        # The page's ids first, then its rows: sorting ids is cheap, sorting whole rows (job
+        # files, specs) of every match before the limit is not.
+        ids = list(session.scalars(query))
+        loaded = {j.id: j for j in session.scalars(_SUMMARIES, {"ids": ids})} if ids else {}
+        jobs = [loaded[job_id] for job_id in ids if job_id in loaded]
         nodes = nodes_of(session, jobs)
         accounts = job_accounts(session, jobs, ctx.clock())
         parents = [j.id for j in jobs if j.array_size is not None]
