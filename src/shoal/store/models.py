@@ -106,6 +106,7 @@ class Job(Base):
             "array_job_id",
             "state",
             "array_held",
+            "array_index",  # the held elements in index order, without a sort
             sqlite_where=text("array_job_id IS NOT NULL"),
         ),
     )

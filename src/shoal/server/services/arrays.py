@@ -75,6 +75,14 @@ _PARENT_STARTS = (
 )
 
 
+# Plain statements (no ORM unit of work): the rows they change are not loaded in the session.
+_RELEASE = (
+    update(Job)
+    .where(Job.id.in_(bindparam("ids", expanding=True)))
+    .values(array_held=False, pending_code=None, pending_message=None, version=Job.version + 1)
+)
+
+
 def element_id(parent_id: str, index: int) -> str:
     return f"{parent_id}_{index}"
 
@@ -126,7 +134,8 @@ def element_counts(connection: Connection, parent_ids: Sequence[str]) -> dict[st
 
 def element_admitted(session: Session, parent_id: str, now: float) -> None:
     """An element was admitted: its parent runs (once; later admissions change nothing)."""
-    started = session.execute(_PARENT_STARTS, {"parent": parent_id, "now": now}).first()
+    params = {"parent": parent_id, "now": now}
+    started = session.connection().execute(_PARENT_STARTS, params).first()
     if started is not None:
         record(session, parent_id, now, "running", "its first element was placed")
 
@@ -155,11 +164,7 @@ def _release(session: Session, parent: Job, count: int, now: float) -> int:
     ids = list(connection.execute(_HELD, {"parent": parent.id, "count": count}).scalars())
     if not ids:
         return 0
-    session.execute(
-        update(Job)
-        .where(Job.id.in_(ids))
-        .values(array_held=False, pending_code=None, pending_message=None, version=Job.version + 1)
-    )
+    connection.execute(_RELEASE, {"ids": ids})
     for job_id in ids:
         record(
             session,

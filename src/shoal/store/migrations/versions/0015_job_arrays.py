@@ -6,9 +6,9 @@ Create Date: 2026-11-26 09:00:00.000000
 
 A parent has ``array_size`` and ``array_cap``; an element ``array_job_id`` and ``array_index``.
 ``array_held`` marks jobs the scheduler must not look at: a parent, and an element held back by
-its array's concurrency cap. ``ix_jobs_array`` serves the per-array counts (state, held); it is
-partial (elements only), so "array_job_id IS NULL" in job listings cannot pick it over the seq
-index.
+its array's concurrency cap. ``ix_jobs_array`` serves the per-array counts (state, held) and
+the next held elements by index; it is partial (elements only), so "array_job_id IS NULL" in
+job listings cannot pick it over the seq index.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def upgrade() -> None:
         )
         batch_op.create_index(
             "ix_jobs_array",
-            ["array_job_id", "state", "array_held"],
+            ["array_job_id", "state", "array_held", "array_index"],
             unique=False,
             sqlite_where=sa.text("array_job_id IS NOT NULL"),
         )
