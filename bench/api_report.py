@@ -131,7 +131,8 @@ def markdown(data: dict[str, Any]) -> str:
     params = data["parameters"]
     load = ", ".join(f"{x:.2f}" for x in data["loadavg_before"])
     load_after = ", ".join(f"{x:.2f}" for x in data["loadavg_after"])
-    best = max(run["per_second"] for run in data["submit"])
+    met = sum(1 for run in data["submit"] if run["per_second"] >= TARGET_SUBMITS)
+    rates = ", ".join(f"{run['per_second']:,.0f}" for run in data["submit"])
     reads = data["reads"]
     busy_p99 = max(reads["busy"][k]["p99_ms"] for k in ("list", "status"))
     history = data["history"]
@@ -141,14 +142,15 @@ def markdown(data: dict[str, Any]) -> str:
         "shared). Raw numbers: `bench/results/api.json`.",
         "",
         f"**Submissions** ({params['submissions']:,} per run after 200 untimed, "
-        f"{params['clients']} clients). Target ≥ {TARGET_SUBMITS:,}/s: best here "
-        f"{best:,.0f}/s.",
+        f"{params['clients']} clients). Target ≥ {TARGET_SUBMITS:,}/s: met in {met} of "
+        f"{len(data['submit'])} runs ({rates}/s, in the order of the table).",
         "",
         _md(SUBMIT_HEAD, submit_rows(data["submit"])),
         "",
         f"**Reads while the scheduler works** ({reads['nodes']:,} nodes of 8 GPUs, "
-        f"{reads['queue']:,} queued 8-GPU jobs; the first cycle placed one job per node in "
-        f"{reads['first_cycle_s']} s; 4 readers for {params['read_seconds']:g} s each). Target "
+        f"{reads['queue']:,} queued jobs of the scheduler benchmark's mix; the first cycle "
+        f"placed {reads['placed']:,} of them in {reads['first_cycle_s']} s; 4 readers, each a "
+        f"request every 100 ms for {params['read_seconds']:g} s). Target "
         f"p99 ≤ {TARGET_READ_P99_MS} ms: {busy_p99:,.1f} ms with the scheduler in the API's "
         "process.",
         "",

@@ -11,11 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
 from sqlalchemy import func, insert, select
 
+from shoal.core.snapshot import JobRequest
 from shoal.spec.loader import load_job_text
 from shoal.store.db import Database, sqlite_url
 from shoal.store.models import Event, Job, Node, Task
+from workload import JobFactory  # bench/workload.py, beside this script
 
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 NODE_GPUS = 8
@@ -235,28 +238,69 @@ def _finished(
     return job, tasks, rows
 
 
-QUEUED = (
-    "version: 1\nname: {name}\nroles:\n  train:\n    resources: {{cpu: 8, memory: 64Gi, "
-    "gpu: {gpus}}}\n    command: python train.py\n"
-)
+PRIORITY_CLASSES = {120: "crit", 100: "prod", 10: "test", -1: "oppo"}
 
 
-def add_queue(home: Path, count: int, now: float, gpus: int = NODE_GPUS, seed: int = 11) -> None:
-    """``count`` WAITING jobs of one role with ``gpus`` GPUs each (numbered after the last job),
-    spread over the users: the deep queue a scheduling cycle works through."""
+def _queued_spec(request: JobRequest, name: str) -> tuple[str, dict[str, Any]]:
+    """A job file and its spec for one job of ``bench/workload.py``'s mix."""
+    roles = {
+        role.name: {
+            "instances": role.instances,
+            "resources": {
+                "cpu": role.per_instance.cpu_millis // 1000,
+                "memory": role.per_instance.memory_mib,
+                "gpu": role.per_instance.gpu,
+                "ports": {label: count for label, count in role.ports if label != "http"},
+            },
+            "command": f"python {role.name}.py",
+        }
+        for role in request.roles
+    }
+    document = {
+        "version": 1,
+        "name": name,
+        "priority": PRIORITY_CLASSES[request.priority],
+        "roles": roles,
+    }
+    text = yaml.safe_dump(document, sort_keys=False)
+    (spec,) = load_job_text(text, {}).jobs
+    return text, spec.model_dump(mode="json", exclude={"secrets"})
+
+
+def add_queue(home: Path, count: int, now: float, seed: int = 11) -> None:
+    """``count`` WAITING jobs of the scheduler benchmark's mix (``bench/workload.py``: 1 to 8
+    GPUs, whole nodes, distributed gangs, actor-learner, CPU-only; four priority classes),
+    numbered after the last job and spread over the users: a queue whose cycles do real work."""
     rng = random.Random(seed)
-    (spec,) = load_job_text(QUEUED.format(name="x", gpus=gpus), {}).jobs
-    template = spec.model_dump(mode="json", exclude={"secrets"})
+    factory = JobFactory(random.Random(seed))
+    memo: dict[tuple[object, ...], tuple[str, dict[str, Any]]] = {}
     db = database(home)
     with db.engine.begin() as connection:
         first = (connection.execute(select(func.max(Job.seq))).scalar() or 0) + 1
         rows = []
         for seq in range(first, first + count):
             name = f"queued-{seq}"
-            text = QUEUED.format(name=name, gpus=gpus)
-            job = _job(seq, name, rng.choice(USERS), text, {**template, "name": name})
+            request = factory.next_job()
+            key = (request.roles, request.priority)
+            if key not in memo:
+                memo[key] = _queued_spec(request, "x")
+            text, spec = memo[key]
+            job = _job(
+                seq,
+                name,
+                rng.choice(USERS),
+                text.replace("name: x", f"name: {name}", 1),
+                {**spec, "name": name},
+            )
             submitted = now - (first + count - seq)  # one a second, the last just now
-            job |= {"state": "WAITING", "version": 1, "attempt": 0, "submitted_at": submitted}
+            job |= {
+                "state": "WAITING",
+                "version": 1,
+                "attempt": 0,
+                "submitted_at": submitted,
+                "priority": request.priority,
+                "priority_class": PRIORITY_CLASSES[request.priority],
+            }
             rows.append(job)
         for chunk in _chunks(rows):
             connection.execute(insert(Job), chunk)

@@ -160,6 +160,10 @@ def test_an_array_is_listed_once_and_found_by_its_name(api: TestClient, home: Pa
     assert after[0]["id"] == str(int(job["id"]) + 1)  # elements take no job ids
     why = api.get(f"/api/v1/jobs/{job['id']}_9/pending-reason").json()
     assert why["code"] == "ArrayConcurrencyLimit" and why["blockers"] == []
+    for logs in (f"/api/v1/jobs/{job['id']}/logs", f"/api/v1/jobs/{job['id']}/logs/lines"):
+        refused = api.get(logs)
+        assert refused.status_code == 400 and refused.json()["code"] == "ArrayParentHasNoLogs"
+        assert f"shoal job logs {job['id']}_1" in refused.json()["message"]
 
 
 def test_stopping_the_parent_stops_every_element(api: TestClient, home: Path) -> None:

@@ -30,7 +30,7 @@ from shoal.server.schemas import (
 from shoal.server.services import jobs as job_service
 from shoal.server.services import submission
 from shoal.server.services.accounting import job_accounts
-from shoal.server.services.arrays import element_counts
+from shoal.server.services.arrays import element_counts, no_logs_of_a_parent
 from shoal.server.services.dryrun import plan_jobs
 from shoal.server.services.logs import read_chunk
 from shoal.server.services.nodes import HOLDING
@@ -245,6 +245,7 @@ def get_logs(
     """A chunk of one task's log from ``offset``; poll with ``nextOffset`` to follow."""
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
+        no_logs_of_a_parent(found)
         query = select(Task).where(Task.job_id == found.id, Task.job_attempt == found.attempt)
         if role is not None:
             query = query.where(Task.role == role, Task.index == index)

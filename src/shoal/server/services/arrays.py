@@ -34,6 +34,7 @@ from shoal.core.arrays import (
 from shoal.core.envcontract import EnvArray
 from shoal.core.lifecycle import ExitClass
 from shoal.core.states import JobEvent, State, advance_job
+from shoal.server.context import ApiError
 from shoal.server.services.events import record
 from shoal.spec.arrays import ArrayRange, parse_array
 from shoal.store.models import Job
@@ -207,6 +208,20 @@ def _first_failure(connection: Connection, parent_id: str) -> FirstFailure | Non
         ExitClass(row.exit_class or ExitClass.USER_FAILURE.value),
         row.exit_code,
         row.diagnostics or "",
+    )
+
+
+def no_logs_of_a_parent(job: Job) -> None:
+    """An array's parent has no tasks: a 400 naming an element to read logs of instead."""
+    if job.array_size is None:
+        return
+    first = element_id(job.id, parse_array(str(job.spec.get("array") or "0")).first)
+    raise ApiError(
+        400,
+        "ArrayParentHasNoLogs",
+        f"job {job.id} is an array of {job.array_size} elements and runs no task of its own; "
+        f"read an element's logs, e.g. `shoal job logs {first}` (`shoal job status {job.id}` "
+        "lists them)",
     )
 
 
