@@ -8,7 +8,8 @@ A parent has ``array_size`` and ``array_cap``; an element ``array_job_id`` and `
 ``array_held`` marks jobs the scheduler must not look at: a parent, and an element held back by
 its array's concurrency cap. ``ix_jobs_array`` serves the per-array counts (state, held) and
 the next held elements by index; it is partial (elements only), so "array_job_id IS NULL" in
-job listings cannot pick it over the seq index.
+job listings cannot pick it over the seq index. ``ix_jobs_listing`` answers `job list` by state
+(newest first, elements left out) from the index alone.
 """
 
 from __future__ import annotations
@@ -37,10 +38,14 @@ def upgrade() -> None:
             unique=False,
             sqlite_where=sa.text("array_job_id IS NOT NULL"),
         )
+        batch_op.create_index(
+            "ix_jobs_listing", ["state", "array_job_id", "seq", "id"], unique=False
+        )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobs_listing")
         batch_op.drop_index("ix_jobs_array")
         batch_op.drop_column("array_held")
         batch_op.drop_column("array_cap")
