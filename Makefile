@@ -20,7 +20,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps wheelhouse run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster clean
+.PHONY: setup setup-runtime system-deps wheelhouse run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -93,10 +93,11 @@ test-fast: lint
 	$(BIN)/python -m pytest -q tests/spec tests/core tests/cli tests/server
 
 # All benchmarks, one command: scheduler throughput, local launch, shoal against Slurm and Ray
-# side by side (bench/peers installs them), and scheduling quality on the real traces. Each
+# side by side (bench/peers installs them), scheduling quality on the real traces, the CLI,
+# cluster mode and the API under load. Each
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
-bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster
+bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api
 
 bench-scheduler: setup
 	$(BIN)/python bench/scheduler.py
@@ -112,6 +113,11 @@ bench-sim: setup
 
 bench-cli: setup
 	$(BIN)/python bench/cli.py
+
+# Acknowledged submissions/s from 20 clients, reads while the scheduler works, memory with
+# 100,000 finished jobs (bench/api.py; docs/benchmarks.md, "API").
+bench-api: setup
+	$(BIN)/python bench/api.py
 
 # Needs root: the server and agents run on network-namespace hosts (198.18.0.0/15).
 bench-cluster: setup

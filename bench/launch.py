@@ -126,6 +126,27 @@ def measure_drain(
     return elapsed, submitted, succeeded
 
 
+def measure_drain_array(
+    client: ShoalClient, count: int, slots: int, tag: str = "drain-array"
+) -> tuple[float, float, int]:
+    """The same ``count`` trivial jobs as one array with at most ``slots`` elements at once
+    (``shoal job submit --array 0-{count-1}%{slots}``): one request; time until every element
+    has finished (polled as ``measure_drain`` does), and how many succeeded."""
+    start = time.time()
+    (parent,) = client.submit(TRIVIAL.format(name=tag), array=f"0-{count - 1}%{slots}")
+    submitted = time.time() - start
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:  # the parent counts as active until its last element ends
+        counts = client.cluster()["jobs"]
+        if counts["WAITING"] + counts["RUNNING"] + counts["STOPPING"] == 0:
+            break
+        time.sleep(0.05)
+    elapsed = time.time() - start
+    detail = client.job(parent["id"])
+    succeeded = sum(1 for e in detail["elements"] or [] if e["state"] == "SUCCEEDED")
+    return elapsed, submitted, succeeded
+
+
 def _submit_concurrently(
     make_client: Callable[[], ShoalClient], count: int, clients: int, tag: str
 ) -> list[str]:

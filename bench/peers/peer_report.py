@@ -57,6 +57,22 @@ def summarize(raw: dict, drain_jobs: int) -> dict:
         "cpu_busy_before": raw.get("cpu_busy_before"),
         "latencies_ms": [round(x * 1000, 2) for x in lat],
         **{k: raw[k] for k in EXTRA if raw.get(k) is not None},
+        **_array_summary(raw),
+    }
+
+
+def _array_summary(raw: dict) -> dict:
+    """The drain as one array (``sbatch --array`` / ``--array``), when the system has arrays."""
+    if raw.get("array_drain_seconds") is None:
+        return {}
+    seconds = raw["array_drain_seconds"]
+    ok = raw["array_drain_succeeded"]
+    return {
+        "array_drain_seconds": round(seconds, 2),
+        "array_submit_seconds": round(raw["array_submit_seconds"], 2),
+        "array_drain_succeeded": ok,
+        "array_jobs_per_second": round(ok / seconds, 1) if seconds > 0 else None,
+        "array_how": raw.get("array_how", ""),
     }
 
 
@@ -71,8 +87,8 @@ def ratios(systems: dict[str, dict]) -> dict[str, dict[str, float]]:
             continue
         out[name] = {
             key: round(peer[key] / shoal[key], 2)
-            for key in ("p50_ms", "p99_ms", "drain_seconds")
-            if shoal[key] and peer[key]
+            for key in ("p50_ms", "p99_ms", "drain_seconds", "array_drain_seconds")
+            if shoal.get(key) and peer.get(key)
         }
     return out
 
@@ -99,8 +115,19 @@ def _ms(value: float) -> str:
     return f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
 
 
+def _array_cells(s: dict) -> list[str]:
+    """The array drain and its jobs/s (a dash for a system without arrays)."""
+    if s.get("array_drain_seconds") is None:
+        return ["—", "—"]
+    drain = f"{s['array_drain_seconds']:,.1f} s"
+    if s["array_drain_succeeded"] != s["drain_jobs"]:
+        drain += f" ({s['array_drain_succeeded']} ok)"
+    return [drain, f"{s['array_jobs_per_second']:.1f}"]
+
+
 def rows(systems: dict[str, dict]) -> list[list[str]]:
-    """One row per system: label, version, p50, p99, drain s, jobs/s, shoal vs it ×3."""
+    """One row per system: label, version, p50, p99, drain s, jobs/s, array drain s, jobs/s,
+    shoal vs it ×4."""
     rel = ratios(systems)
     out = []
     for name in SYSTEMS:
@@ -108,7 +135,7 @@ def rows(systems: dict[str, dict]) -> list[list[str]]:
             continue
         s = systems[name]
         if "error" in s:
-            out.append([LABELS[name], s.get("version", ""), f"failed: {s['error']}"] + [""] * 6)
+            out.append([LABELS[name], s.get("version", ""), f"failed: {s['error']}"] + [""] * 9)
             continue
         r = rel.get(name, {})
         drain = f"{s['drain_seconds']:,.1f} s"
@@ -122,9 +149,13 @@ def rows(systems: dict[str, dict]) -> list[list[str]]:
                 _ms(s["p99_ms"]),
                 drain,
                 f"{s['jobs_per_second']:.1f}",
+                *_array_cells(s),
                 "—" if name == "shoal" else speedup_text(r.get("p50_ms")),
                 "—" if name == "shoal" else speedup_text(r.get("p99_ms")),
                 "—" if name == "shoal" else drain_text(r.get("drain_seconds"), s),
+                "—"
+                if name == "shoal" or "array_drain_seconds" not in r
+                else speedup_text(r["array_drain_seconds"]),
             ]
         )
     return out
@@ -136,11 +167,14 @@ def headers(latency_jobs: int, drain_jobs: int, slots: int) -> list[str]:
         "version",
         f"submit → running p50 ({latency_jobs} jobs)",
         "p99",
-        f"drain {drain_jobs:,} jobs, {slots} slots",
+        f"drain {drain_jobs:,} jobs, {slots} slots, one by one",
+        "jobs/s",
+        f"drain them as one array, %{slots}",
         "jobs/s",
         "shoal vs it: p50",
         "shoal vs it: p99",
         "shoal vs it: drain",
+        "shoal vs it: array drain",
     ]
 
 
@@ -261,6 +295,11 @@ NOTES = [
     "(jobs/s counts the jobs that succeeded). "
     "Polling every 50 ms: shoal job counts by state, Slurm `squeue` of active jobs, Ray "
     "`get_job_status` of the oldest job not yet seen finished.",
+    "- Array drain: the same N trivial jobs as one array with at most `slots` elements at once, "
+    "in one client call (`sbatch --array=0-999%20 --wrap true`, `shoal job submit --array "
+    "0-999%20`); the clock runs from that call until nothing is left queued or running (Slurm "
+    "`squeue` of active jobs; shoal job counts, the array's parent included). Ray Jobs has no "
+    "arrays.",
     "- Equal slots: Slurm `CPUs=N` (ENVIRONMENT.md config C: `DefMemPerCPU=100`, "
     "`batch_sched_delay=0,sched_min_interval=0`); Ray head `--num-cpus N` with "
     "`entrypoint_num_cpus=1`; shoal one simulated node with N cores and 1-cpu tasks.",

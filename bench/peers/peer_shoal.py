@@ -57,6 +57,8 @@ def measure(args, scratch: Path) -> dict:
         latencies = launch.measure_latency(client, args.latency_jobs)
         log(f"shoal: draining {args.drain_jobs} jobs")
         drain_s, submit_s, succeeded = launch.measure_drain(client, args.drain_jobs)
+        log(f"shoal: draining {args.drain_jobs} jobs as one array, at most {args.slots} at once")
+        array = launch.measure_drain_array(client, args.drain_jobs, args.slots)
     finally:
         client.close()
         stop_local(home)
@@ -66,5 +68,9 @@ def measure(args, scratch: Path) -> dict:
         "drain_seconds": drain_s,
         "submit_seconds": submit_s,
         "drain_succeeded": succeeded,
+        "array_drain_seconds": array[0],
+        "array_submit_seconds": array[1],
+        "array_drain_succeeded": array[2],
+        "array_how": f"shoal job submit --array 0-{args.drain_jobs - 1}%{args.slots}",
         "running_means": "the task's startedAt: the agent's clock right after Popen returned",
     }

@@ -153,6 +153,23 @@ class Slurm:
         out = run(self.cmd(*args, "--wrap", command), timeout=30).stdout
         return parse_job_id(out)
 
+    def sbatch_array(self, command: str, indices: str) -> int:
+        args = ["sbatch", "--parsable", "-o", "/dev/null", f"--chdir={self.scratch}"]
+        args.append(f"--array={indices}")
+        out = run(self.cmd(*args, "--wrap", command), timeout=30).stdout
+        return parse_job_id(out)
+
+    def any_active(self) -> bool:
+        """Whether any job or array task is still queued or running (an array's pending tasks
+        show as one ``ID_[5-999%20]`` line)."""
+        out = run(self.cmd("squeue", "-h", "-t", ACTIVE_STATES, "-o", "%i"), timeout=30).stdout
+        return bool(out.strip())
+
+    def array_done(self, array_id: int) -> int:
+        """How many tasks of array ``array_id`` completed (listed for MinJobAge)."""
+        out = run(self.cmd("squeue", "-h", "-r", "-t", "CD", "-o", "%i"), timeout=30).stdout
+        return count_array_tasks(out, array_id)
+
     def job_ids(self, states: str) -> set[int]:
         out = run(self.cmd("squeue", "-h", "-t", states, "-o", "%i"), timeout=30).stdout
         return {int(x) for x in out.split()}
@@ -190,6 +207,31 @@ class Slurm:
         succeeded = len(ids & self.job_ids("CD"))  # completed jobs stay listed for MinJobAge
         return elapsed, submitted, succeeded
 
+    def measure_drain_array(
+        self, count: int, slots: int, timeout_s: float
+    ) -> tuple[float, float, int]:
+        """``sbatch --array=0-{count-1}%{slots} --wrap true``: one submission; time until no
+        task is left in the queue, and how many completed."""
+        start = time.time()
+        array_id = self.sbatch_array("true", f"0-{count - 1}%{slots}")
+        submitted = time.time() - start
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.any_active():
+            time.sleep(0.05)
+        elapsed = time.time() - start
+        return elapsed, submitted, self.array_done(array_id)
+
+
+def count_array_tasks(squeue_ids: str, array_id: int) -> int:
+    """Lines ``ID_INDEX`` of array ``array_id`` in ``squeue -r -o %i`` output (one task each;
+    a folded ``ID_[5-9%2]`` line of pending tasks is not a task)."""
+    prefix = f"{array_id}_"
+    return sum(
+        1
+        for line in squeue_ids.split()
+        if line.startswith(prefix) and line[len(prefix) :].isdigit()
+    )
+
 
 def measure(args, scratch: Path) -> dict:
     """Start Slurm in its namespace, measure, stop it; the namespace is deleted even on failure."""
@@ -204,6 +246,8 @@ def measure(args, scratch: Path) -> dict:
         latencies = slurm.measure_latency(args.latency_jobs)
         log(f"slurm: draining {args.drain_jobs} jobs")
         drain_s, submit_s, succeeded = slurm.measure_drain(args.drain_jobs, args.drain_timeout)
+        log(f"slurm: draining {args.drain_jobs} jobs as one array, at most {args.slots} at once")
+        array = slurm.measure_drain_array(args.drain_jobs, args.slots, args.drain_timeout)
     finally:
         slurm.stop()
         netns.delete()
@@ -214,5 +258,9 @@ def measure(args, scratch: Path) -> dict:
         "drain_seconds": drain_s,
         "submit_seconds": submit_s,
         "drain_succeeded": succeeded,
+        "array_drain_seconds": array[0],
+        "array_submit_seconds": array[1],
+        "array_drain_succeeded": array[2],
+        "array_how": f"sbatch --array=0-{args.drain_jobs - 1}%{args.slots} --wrap true",
         "running_means": "the batch script's first command (`date +%s.%N`) wrote its timestamp",
     }

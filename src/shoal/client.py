@@ -148,11 +148,13 @@ class ShoalClient:
         environment: dict[str, str] | None = None,
         workdir: str | None = None,
         code_hash: str | None = None,
+        array: str | None = None,
     ) -> list[dict[str, Any]]:
         """``env``: variables over the job file's; ``environment``: the variables the tasks
         start from (None: the agent's minimal set); ``workdir``: where tasks of a job without
         code start; ``code_hash``: the sha256 of a code archive uploaded with ``upload_code``
-        (``code_archive``: base64 of a small one, sent inline)."""
+        (``code_archive``: base64 of a small one, sent inline); ``array``: submit it as a job
+        array (``0-999%50``, docs/arrays.md)."""
         body: dict[str, Any] = {
             "spec": spec,
             "format": format,
@@ -169,6 +171,8 @@ class ShoalClient:
             body["workdir"] = workdir
         if code_hash is not None:
             body["code_hash"] = code_hash
+        if array is not None:
+            body["array"] = array
         result: list[dict[str, Any]] = self._call("POST", "/api/v1/jobs", json=body)
         return result
 

@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shoal.core.envcontract import PRIMARY_PORT_LABEL, EnvJob, EnvRole, JobEnvironment
+from shoal.core.envcontract import (
+    PRIMARY_PORT_LABEL,
+    EnvArray,
+    EnvJob,
+    EnvRole,
+    JobEnvironment,
+)
 from shoal.core.plan import Admission, Plan
 from shoal.core.resources import ResourceVector
 from shoal.core.scheduler import schedule
@@ -49,7 +55,13 @@ def job_request(
     )
 
 
-def env_job(spec: JobSpec, job_id: str, user: str, virtual_cluster: str | None = None) -> EnvJob:
+def env_job(
+    spec: JobSpec,
+    job_id: str,
+    user: str,
+    virtual_cluster: str | None = None,
+    array: EnvArray | None = None,
+) -> EnvJob:
     return EnvJob(
         job_id=job_id,
         name=spec.name,
@@ -68,6 +80,7 @@ def env_job(spec: JobSpec, job_id: str, user: str, virtual_cluster: str | None =
             )
             for r in spec.roles
         ),
+        array=array,
     )
 
 

@@ -112,22 +112,55 @@ def test_rows_and_markdown_show_every_system_and_failures() -> None:
     assert [r[0] for r in rows] == ["shoal local mode", "Slurm", "Ray Jobs"]
     assert rows[1][4] == "5.0 s (9 ok)"
     assert rows[1][5] == "1.8"  # succeeded jobs per second
-    assert rows[1][6] == "17× faster"
-    assert rows[1][8] == "2.0× slower"
+    assert rows[1][6:8] == ["—", "—"]  # no array drain measured
+    assert rows[1][8] == "17× faster"
+    assert rows[1][10] == "2.0× slower"
+    assert rows[1][11] == "—"
     assert rows[2][2].startswith("failed: RuntimeError")
-    assert rows[0][6:] == ["—", "—", "—"]
+    assert rows[0][8:] == ["—", "—", "—", "—"]
     text = report.markdown(_data(systems))
     assert "| Slurm | v | 1,000 ms | 1,200 ms | 5.0 s (9 ok) |" in text
-    assert "drain 10 jobs, 20 slots" in text
+    assert "drain 10 jobs, 20 slots, one by one" in text
     assert "- shoal local mode: m." in text
     assert report.rich_table(_data(systems)).row_count == 3
     raw = _raw([1.0], 20.0, ok=9) | {"drain_statuses": {"SUCCEEDED": 9, "FAILED": 1}}
     systems["slurm"] = report.summarize(raw | {"first_failure": "timed out", "tuning": "t"}, 10)
-    assert report.rows(systems)[1][8] == "≥ 2.0× faster"  # unfinished: a lower bound
+    assert report.rows(systems)[1][10] == "≥ 2.0× faster"  # unfinished: a lower bound
     notes = report.outcome_notes(systems)
     assert notes[0] == "- Slurm tuning: t."
     assert notes[1].startswith("- Slurm drain: 9 of 10 succeeded (SUCCEEDED 9, FAILED 1)")
     assert "timed out" in notes[1]
+
+
+def _array(seconds: float, ok: int = 10) -> dict:
+    return {
+        "array_drain_seconds": seconds,
+        "array_submit_seconds": 0.01,
+        "array_drain_succeeded": ok,
+        "array_how": "x",
+    }
+
+
+def test_the_array_drain_is_shown_beside_the_drain_and_compared() -> None:
+    systems = {
+        "shoal": report.summarize(_raw([0.05], 10.0) | _array(2.0), 10),
+        "slurm": report.summarize(_raw([1.0], 20.0) | _array(30.0, ok=9), 10),
+        "ray": report.summarize(_raw([3.0], 900.0), 10),
+    }
+    assert systems["shoal"]["array_jobs_per_second"] == 5.0
+    assert report.ratios(systems)["slurm"]["array_drain_seconds"] == 15.0
+    shoal, slurm, ray = report.rows(systems)
+    assert shoal[6:8] == ["2.0 s", "5.0"]
+    assert slurm[6:8] == ["30.0 s (9 ok)", "0.3"]
+    assert slurm[11] == "15× faster"
+    assert ray[6:8] == ["—", "—"] and ray[11] == "—"  # Ray Jobs has no arrays
+    assert "sbatch --array=0-999%20" in report.markdown(_data(systems))
+
+
+def test_array_tasks_are_counted_from_squeue_ids() -> None:
+    listing = "41\n42_0\n42_1\n420_3\n42_[5-9%2]\n"
+    assert slurm.count_array_tasks(listing, 42) == 2  # 420_3 is another array; [5-9%2] pending
+    assert slurm.count_array_tasks("", 42) == 0
 
 
 DOC = "# Benchmarks\n\n## Local launch\n\ntext\n\n## Where the time goes\n\nmore\n"

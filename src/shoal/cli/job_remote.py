@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -52,11 +53,19 @@ def submit(
     env: list[str] | None = ENV_OPTION,
     env_from_shell: bool = FROM_SHELL_OPTION,
     no_inherit_env: bool = NO_INHERIT_OPTION,
+    array: str | None = typer.Option(
+        None,
+        "--array",
+        help="Submit it as a job array, as sbatch --array: 0-999, 1,3,5-9 or 0-99:2, with %N to "
+        "run at most N elements at once (0-999%50). Each element's tasks get $SHOAL_ARRAY_INDEX.",
+    ),
 ) -> None:
-    """Submit a job. With --wait, exit 0 only if it succeeds.
+    """Submit a job. With --wait, exit 0 only if it succeeds (an array: every element).
 
     Tasks start with this shell's PATH and interpreter variables (--env-from-shell: all of
     them; --no-inherit-env: none) and, without a code directory, in this directory."""
+    if array is not None:
+        check_array(array)
     params = parse_params(param)
     task_env = task_environment(env, env_from_shell, no_inherit_env)
     code_dir = _local_code_dir(file, fmt, params)
@@ -69,11 +78,12 @@ def submit(
         name,
         vc,
         code_hash=code_hash,
+        array=array,
         **task_env.submit_fields(code_hash),
     )
     if output is OutputFormat.TEXT:
         for job in submitted:
-            console.print(f"submitted job [bold]{job['id']}[/] ({job['name']}): {job['state']}")
+            console.print(f"submitted {_what(job)}: {job['state']}", highlight=False)
             for w in job["warnings"]:
                 err_console.print(f"[yellow]warning[/]: {w['path']}: {w['message']}")
     if not wait:
@@ -91,6 +101,29 @@ def submit(
         raise typer.Exit(1)
 
 
+def check_array(text: str) -> None:
+    """A mistyped --array is named before anything is uploaded or submitted (exit 2)."""
+    from shoal.spec.arrays import ArrayError, parse_array
+
+    try:
+        parse_array(text)
+    except ArrayError as exc:
+        raise typer.BadParameter(
+            f"{text!r}: {exc.message}; {exc.hint}", param_hint="--array"
+        ) from None
+
+
+def _what(job: dict[str, Any]) -> str:
+    """``job 7 (train)``, or for an array ``array job 7 (train): 1000 elements 0-999, ...``."""
+    what = f"job {job['id']} ({job['name']})"
+    array = job.get("array")
+    if not array:
+        return what
+    cap = array.get("cap")
+    at_once = f", at most {cap} at once" if cap is not None else ""
+    return f"array {what}: {array['size']} elements {array['expression']}{at_once}"
+
+
 def _wait(api: ShoalClient, job_id: str, output: OutputFormat) -> dict[str, object]:
     if output is OutputFormat.JSON:
         return api.wait(job_id)
@@ -102,7 +135,11 @@ def _wait(api: ShoalClient, job_id: str, output: OutputFormat) -> dict[str, obje
         + (f": {job['diagnostics']}" if job.get("diagnostics") else ""),
         markup=False,
     )
-    if job["state"] == "FAILED":
+    if job["state"] == "FAILED" and job.get("elements") is not None:
+        failed = [e for e in job["elements"] if e["state"] == "FAILED"]
+        if failed:
+            console.print(f"next: shoal job status {failed[0]['id']}", markup=False)
+    elif job["state"] == "FAILED":
         explain_failure(api, job)
     return job
 
@@ -110,6 +147,12 @@ def _wait(api: ShoalClient, job_id: str, output: OutputFormat) -> dict[str, obje
 @job_app.command()
 @api_errors
 def stop(job: str = typer.Argument(..., help="Job id or name.")) -> None:
-    """Stop a job: every task's process tree gets SIGTERM, then SIGKILL after the grace period."""
+    """Stop a job: every task's process tree gets SIGTERM, then SIGKILL after the grace period.
+    An array's parent stops every element: the waiting ones are cancelled at once."""
     result = client().stop(job)
-    console.print(f"job {result['id']}: {result['state']}")
+    line = f"job {result['id']}: {result['state']}"
+    if result.get("array"):
+        from shoal.cli.job_text import array_counts_text
+
+        line += f" ({array_counts_text(result['array'])})"
+    console.print(line, markup=False)

@@ -75,7 +75,39 @@ def refs(ids: Sequence[str] | None, details: Sequence[dict[str, Any]] | None) ->
 # ---- job list ----
 
 
+_COUNT_ORDER = (
+    ("RUNNING", "running"),
+    ("STOPPING", "stopping"),
+    ("WAITING", "waiting"),
+    ("SUCCEEDED", "succeeded"),
+    ("FAILED", "failed"),
+    ("STOPPED", "stopped"),
+)
+
+
+def array_counts_text(array: dict[str, Any]) -> str:
+    """``1000 elements: 20 running, 30 waiting (900 held), 50 succeeded``."""
+    counts = array.get("counts") or {}
+    held = int(array.get("held") or 0)
+    parts = []
+    for state, label in _COUNT_ORDER:
+        value = int(counts.get(state, 0))
+        if state == "WAITING":
+            queued = value - held
+            if queued:
+                parts.append(f"{queued} waiting")
+            if held:
+                parts.append(f"{held} held")
+        elif value:
+            parts.append(f"{value} {label}")
+    size = array["size"]
+    head = f"{size} element{'' if size == 1 else 's'}"
+    return f"{head}: {', '.join(parts)}" if parts else head
+
+
 def _note(job: Job) -> str:
+    if job.get("array"):
+        return "array " + array_counts_text(job["array"])
     pending = job.get("pending")
     if pending:
         position = pending.get("position")
@@ -195,11 +227,66 @@ def status_text(detail: Job, why: Job | None, width: int | None) -> str:
         f"job {detail['id']} {detail['name']}: {detail['state']} (user {detail['user']}, "
         f"vc {detail['virtualCluster']}, attempt {detail['attempt']})"
     ]
+    if detail.get("arrayJobId") is not None:
+        lines.append(f"  element {detail['arrayIndex']} of array {detail['arrayJobId']}")
     lines.extend(waiting_lines(detail, why))
     if detail.get("diagnostics"):
         lines.append(f"  {detail['diagnostics']}")
-    lines.append(tasks_text(detail, width))
+    if detail.get("array"):
+        array = detail["array"]
+        cap = array.get("cap")
+        at_once = f", at most {cap} at once" if cap is not None else ""
+        lines.append(f"  array {array['expression']}{at_once}: {array_counts_text(array)}")
+        lines.append(elements_text(detail.get("elements") or [], detail["id"], width))
+    else:
+        lines.append(tasks_text(detail, width))
     return "\n".join(lines)
+
+
+_ELEMENT_COLUMNS = [
+    Column("ELEMENTS"),
+    Column("STATE"),
+    Column("NODES", drop=2),
+    Column("EXIT", drop=3),
+    Column("NOTE", drop=1),
+]
+
+
+def _element_key(element: Job) -> tuple[str, str, str, str]:
+    exit_code = element.get("exitCode")
+    exit_text = "-" if exit_code is None else f"{exit_code} {element.get('exitClass') or ''}"
+    pending = element.get("pending") or {}
+    return (
+        element["state"],
+        ",".join(element.get("nodes") or []) or "-",
+        exit_text.strip(),
+        str(pending.get("code") or ""),
+    )
+
+
+def _indices(parent: str, first: int, last: int) -> str:
+    return f"{parent}_{first}" if first == last else f"{parent}_[{first}-{last}]"
+
+
+def elements_text(elements: Sequence[Job], parent: str, width: int | None) -> str:
+    """The elements, runs of consecutive indices that look the same on one row
+    (``42_[50-999]  WAITING  -  -  ArrayConcurrencyLimit``), as ``squeue`` folds pending ones."""
+    if not elements:
+        return "no elements"
+    rows: list[list[str]] = []
+    run: list[Job] = []
+    for element in [*elements, None]:
+        if run and (
+            element is None
+            or _element_key(element) != _element_key(run[-1])
+            or element["index"] != run[-1]["index"] + 1
+        ):
+            key = _element_key(run[0])
+            rows.append([_indices(parent, run[0]["index"], run[-1]["index"]), *key])
+            run = []
+        if element is not None:
+            run.append(element)
+    return table_text(_ELEMENT_COLUMNS, rows, width)
 
 
 def why_text(why: Job) -> str:
@@ -249,6 +336,12 @@ def describe_text(detail: Job, why: Job | None, events: Sequence[Job], width: in
     waiting = waiting_lines(detail, why)
     if waiting:
         lines += ["Waiting:", *waiting]
-    lines += ["Tasks:", tasks_text(detail, width, indent="  "), "Events:"]
+    if detail.get("array"):
+        array = detail["array"]
+        lines.append(f"{'Array:':<17}{array['expression']}: {array_counts_text(array)}")
+        lines += ["Elements:", elements_text(detail.get("elements") or [], detail["id"], width)]
+        lines.append("Events:")
+    else:
+        lines += ["Tasks:", tasks_text(detail, width, indent="  "), "Events:"]
     lines += [f"  {event_line(e)}" for e in events] or ["  none"]
     return "\n".join(lines)

@@ -38,12 +38,24 @@ class EnvRole:
 
 
 @dataclass(frozen=True, slots=True)
+class EnvArray:
+    """The element of a job array a job is (docs/arrays.md)."""
+
+    parent_id: str
+    index: int
+    size: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
 class EnvJob:
     job_id: str
     name: str
     user: str
     virtual_cluster: str
     roles: tuple[EnvRole, ...]
+    array: EnvArray | None = None
 
 
 def primary_port(placement: TaskPlacement) -> int | None:
@@ -123,6 +135,8 @@ class JobEnvironment:
         )
         for role in job.roles:
             env.update(self._role_env(role))
+        if job.array is not None:
+            env.update(_array_env(job.array))
         if self.placements:
             master = self.placements[0]
             env["MASTER_ADDR"] = master.address
@@ -197,6 +211,20 @@ class JobEnvironment:
         if ssh:
             env["PAI_CONTAINER_SSH_PORT"] = str(ssh[0])
         return env
+
+
+def _array_env(array: EnvArray) -> dict[str, str]:
+    """shoal's array variables, and Slurm's for scripts ported from ``sbatch --array``."""
+    return {
+        "SHOAL_ARRAY_JOB_ID": array.parent_id,
+        "SHOAL_ARRAY_INDEX": str(array.index),
+        "SHOAL_ARRAY_SIZE": str(array.size),
+        "SLURM_ARRAY_JOB_ID": array.parent_id,
+        "SLURM_ARRAY_TASK_ID": str(array.index),
+        "SLURM_ARRAY_TASK_COUNT": str(array.size),
+        "SLURM_ARRAY_TASK_MIN": str(array.first),
+        "SLURM_ARRAY_TASK_MAX": str(array.last),
+    }
 
 
 def _policy(value: int | None) -> str:

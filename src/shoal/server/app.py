@@ -70,6 +70,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
             restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         yield
+        ctx.commits.stop()  # what was submitted is committed and answered first
         if run_scheduler:
             loop.stop()
         ctx.wake_agents()
@@ -83,9 +84,9 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.context = ctx
+    app.include_router(jobs.router)  # first: submissions and job reads are the busiest routes
     app.include_router(system.router)
     app.include_router(nodes.router)
-    app.include_router(jobs.router)
     app.include_router(log_routes.router)
     app.include_router(agent.router)
     app.include_router(vcs.router)

@@ -141,6 +141,18 @@ def token_cache(db: Database) -> TokenCache:
         return cache
 
 
+def cached_principal(db: Database, token: str, now: float) -> tuple[bool, Principal | None]:
+    """``(True, principal or None)`` when the token's answer is known without a query (a fresh
+    cache entry); ``(False, None)`` when ``authenticate`` has to look it up. The API checks here
+    first on the event loop, and only sends a miss to a worker thread."""
+    known = token_cache(db).get(hash_token(token))
+    if known is None:
+        return False, None
+    if known.principal is None or (known.expires_at is not None and known.expires_at <= now):
+        return True, None
+    return True, known.principal
+
+
 def authenticate(db: Database, token: str, now: float) -> Principal | None:
     cache = token_cache(db)
     token_hash = hash_token(token)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.core.snapshot import JobRequest
+from shoal.server.group_commit import GroupCommit
 from shoal.server.notify import NodeNews, Notifier
 from shoal.server.positions import QueuePositions
 from shoal.server.settings import ServerSettings
@@ -47,6 +48,12 @@ class ServerContext:
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written
     # the scheduler's model, cache and resume point (server/loop.py; one owner: the loop)
     scheduler_state: Any = None
+    # job shapes that fitted the nodes at submission, and when (``submission._never_fits``)
+    fits: dict[tuple[object, ...], float] = field(default_factory=dict)
+    commits: GroupCommit = field(init=False)  # submissions, several per transaction
+
+    def __post_init__(self) -> None:
+        self.commits = GroupCommit(self.db, ApiError, self.wake_scheduler)
 
     def wake_scheduler(self) -> None:
         self.scheduler_wake.notify()

@@ -11,8 +11,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
-from shoal.server.auth import Principal, authenticate
+from shoal.server.auth import Principal, authenticate, cached_principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.node_auth import FORBIDDEN_NODE, authenticate_node
 from shoal.server.tls import peer_certificate
@@ -20,33 +21,42 @@ from shoal.server.tls import peer_certificate
 bearer = HTTPBearer(auto_error=False, description="An API token (`shoal up` writes one).")
 
 
-def get_context(request: Request) -> ServerContext:
+async def get_context(request: Request) -> ServerContext:
     context: ServerContext = request.app.state.context
     return context
 
 
 Context = Annotated[ServerContext, Depends(get_context)]
 
+# The dependencies are ``async``: FastAPI runs a plain ``def`` dependency in a worker thread, one
+# hand-off per dependency per request. They take no time of their own; a credential that is not
+# in the cache is looked up in a worker thread, so the event loop never waits on the store.
 
-def get_principal(
+
+async def get_principal(
     request: Request,
     ctx: Context,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     certificate = peer_certificate(request.scope)
     if certificate is not None:  # verified against the CA by the TLS handshake
-        return authenticate_node(ctx.db, certificate)
+        return await run_in_threadpool(authenticate_node, ctx.db, certificate)
     if credentials is None or not credentials.credentials:
         raise ApiError(
             401, "UnauthorizedUserError", "a Bearer token (or a node certificate) is required"
         )
-    principal = authenticate(ctx.db, credentials.credentials, ctx.clock())
+    now = ctx.clock()
+    known, principal = cached_principal(ctx.db, credentials.credentials, now)
+    if not known:
+        principal = await run_in_threadpool(authenticate, ctx.db, credentials.credentials, now)
     if principal is None:
         raise ApiError(401, "UnauthorizedUserError", "the token is unknown, revoked or expired")
     return principal
 
 
-def get_agent(ctx: Context, principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def get_agent(
+    ctx: Context, principal: Annotated[Principal, Depends(get_principal)]
+) -> Principal:
     if principal.kind == "node":
         return principal
     if ctx.settings.tls:
@@ -61,7 +71,7 @@ def get_agent(ctx: Context, principal: Annotated[Principal, Depends(get_principa
     return principal
 
 
-def get_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def get_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     if principal.kind == "node":
         raise ApiError(
             403,

@@ -49,6 +49,13 @@ class SubmitRequest(BaseModel):
         description="The directory the job was submitted from: tasks of a job without a code "
         "archive start there when it exists on their node (absent: an empty directory).",
     )
+    array: str | None = Field(
+        None,
+        max_length=1000,
+        description="Submit the job as an array (`--array`, docs/arrays.md): `0-999`, "
+        "`1,3,5-9` or `0-99:2`, with `%N` to run at most N elements at once. Overrides the "
+        "job file's `array`.",
+    )
 
 
 class ProblemOut(BaseModel):
@@ -58,11 +65,24 @@ class ProblemOut(BaseModel):
     line: int | None = None
 
 
+class ArrayOut(BaseModel):
+    """A job array's elements (docs/arrays.md)."""
+
+    expression: str = Field(description="As submitted, e.g. `0-999%50`.")
+    size: int = Field(description="How many elements it has.")
+    cap: int | None = Field(description="At most this many elements at once (null: no cap).")
+    counts: dict[str, int] = Field(
+        default_factory=dict, description="Elements per state (WAITING includes the held ones)."
+    )
+    held: int = Field(0, description="Waiting elements held back by the cap.")
+
+
 class SubmittedJob(BaseModel):
     id: str
     name: str
     state: str
     warnings: list[ProblemOut] = Field(default_factory=list)
+    array: ArrayOut | None = Field(None, description="Set when the job is an array's parent.")
 
 
 class PendingReasonOut(BaseModel):
@@ -147,6 +167,9 @@ class JobSummary(BaseModel):
     nodes: list[str] = Field(
         default_factory=list, description="Nodes of the current attempt's tasks."
     )
+    array: ArrayOut | None = Field(None, description="An array's parent: its elements.")
+    arrayJobId: str | None = Field(None, description="An array element: its array's id.")
+    arrayIndex: int | None = Field(None, description="An array element: its index.")
 
 
 class Retries(BaseModel):
@@ -157,12 +180,29 @@ class Retries(BaseModel):
     resource: int = Field(description="Preempted, or its ports were taken (does not count).")
 
 
+class ElementOut(BaseModel):
+    """One element of a job array, as its parent's detail lists it."""
+
+    id: str
+    index: int
+    state: str
+    pending: PendingReasonOut | None = None
+    launchedAt: float | None
+    completedAt: float | None
+    exitClass: str | None
+    exitCode: int | None
+    nodes: list[str] = Field(default_factory=list)
+
+
 class JobDetail(JobSummary):
     diagnostics: str
     format: str
     roles: list[dict[str, Any]]
     tasks: list[TaskOut]
     retries: Retries
+    elements: list[ElementOut] | None = Field(
+        None, description="An array's parent: every element, by index (null for other jobs)."
+    )
 
 
 class PlanRequest(BaseModel):
@@ -285,6 +325,7 @@ class ClusterStatus(BaseModel):
 class StopResult(BaseModel):
     id: str
     state: str
+    array: ArrayOut | None = Field(None, description="An array's parent: its elements now.")
 
 
 # ---- virtual clusters ----

@@ -103,6 +103,9 @@ class JobSpec(BaseModel):
     parameters: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, repr=False)
     roles: tuple[TaskRoleSpec, ...]
+    # a job array (``shoal.spec.arrays``: ``0-999%50``): one element per index, each a gang of
+    # the roles above; None: an ordinary job
+    array: str | None = None
 
     @property
     def total_instances(self) -> int:

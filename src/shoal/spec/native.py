@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shoal.spec.arrays import ArrayError, parse_array
 from shoal.spec.checks import RolePaths, check_roles
 from shoal.spec.diagnostics import validation_problems
 from shoal.spec.errors import ProblemCollector, SpecError
@@ -92,6 +93,7 @@ class RawNativeJob(BaseModel):
     params: dict[str, Scalar] = Field(default_factory=dict)
     secrets: dict[str, Scalar] = Field(default_factory=dict)
     roles: Annotated[dict[RoleName, RawRole], Field(min_length=1)]
+    array: Annotated[str, Field(min_length=1, max_length=1000)] | int | None = None
 
 
 PATHS = RolePaths(
@@ -121,6 +123,7 @@ def read_native(
     secrets = {k: _text(v) for k, v in raw.secrets.items()}
     roles = [_role(name, role, parameters, secrets, problems) for name, role in raw.roles.items()]
     check_roles(roles, PATHS, problems)
+    array = _array(raw.array, problems)
     problems.raise_if_errors()
     return JobSpec(
         name=raw.name,
@@ -137,7 +140,19 @@ def read_native(
         parameters=parameters,
         secrets=secrets,
         roles=tuple(roles),
+        array=array,
     )
+
+
+def _array(value: str | int | None, problems: ProblemCollector) -> str | None:
+    """The job array's expression (``0-999%50``) if it is valid."""
+    if value is None:
+        return None
+    try:
+        return parse_array(str(value)).expression
+    except ArrayError as exc:
+        problems.error("array", exc.message, exc.hint)
+        return None
 
 
 def _role(

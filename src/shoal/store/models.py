@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -100,9 +100,23 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_user_name", "user", "name"),
+        # `job list` by state, newest first, parents and plain jobs only: answered from this
+        # index alone (sorting 10,000 active jobs' rows to keep 100 took ~5 ms, this ~0.05 ms)
+        Index("ix_jobs_listing", "state", "array_job_id", "seq", "id"),
+        # elements only (partial): a listing's "array_job_id IS NULL" keeps the seq index
+        Index(
+            "ix_jobs_array",
+            "array_job_id",
+            "state",
+            "array_held",
+            "array_index",  # the held elements in index order, without a sort
+            sqlite_where=text("array_job_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # submission order; the job's id is its seq. An array element's is negative
+    # (-(parent's seq x 10^6 + index)): it takes no id, and listings by seq never scan elements.
     seq: Mapped[int] = mapped_column(Integer, unique=True)
     name: Mapped[str] = mapped_column(String(255))
     user: Mapped[str] = mapped_column(String(64))
@@ -143,6 +157,15 @@ class Job(Base):
     retries_user: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     retries_platform: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     retries_resource: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Job arrays (docs/arrays.md). A parent has ``array_size`` (its element count) and
+    # ``array_cap`` (None: no cap) and no tasks of its own; an element has ``array_job_id`` (the
+    # parent's id) and ``array_index``, and its id is ``PARENT_INDEX``. ``array_held``: the job is
+    # not for the scheduler: a parent, or an element held back by its array's cap.
+    array_job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_cap: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_held: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
 
 class Task(Base):

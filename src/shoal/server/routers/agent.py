@@ -35,7 +35,7 @@ router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
 OUR_VERSION = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
-def agent_of_our_protocol(
+async def agent_of_our_protocol(
     agent: AgentCaller,
     response: Response,
     version: Annotated[

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import bindparam, select
+from sqlalchemy.orm import Session, defer
 
+from shoal.core.arrays import held_at_submission
 from shoal.core.states import State
 from shoal.core.why import blocking_jobs
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import (
+    ArrayOut,
     EventOut,
     JobDetail,
     JobSummary,
@@ -26,31 +28,65 @@ from shoal.server.schemas import (
     SubmittedJob,
 )
 from shoal.server.services import jobs as job_service
+from shoal.server.services import submission
 from shoal.server.services.accounting import job_accounts
+from shoal.server.services.arrays import element_counts, no_logs_of_a_parent
 from shoal.server.services.dryrun import plan_jobs
 from shoal.server.services.logs import read_chunk
 from shoal.server.services.nodes import HOLDING
 from shoal.server.services.snapshot import load_snapshot, request_of
-from shoal.server.services.views import job_detail, job_events, job_refs, job_summary, nodes_of
+from shoal.server.services.views import (
+    array_out,
+    job_detail,
+    job_events,
+    job_refs,
+    job_summary,
+    nodes_of,
+)
 from shoal.store.models import Job, Task
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
+# A summary needs none of these: a page of 10,000 jobs does not read their job files.
+_SUMMARY_ONLY = tuple(
+    defer(column)
+    for column in (
+        Job.source_text,
+        Job.secrets,
+        Job.inherited_env,
+        Job.data_sets,
+        Job.diagnostics,
+        Job.submit_dir,
+    )
+)
+_SUMMARIES = select(Job).options(*_SUMMARY_ONLY).where(Job.id.in_(bindparam("ids", expanding=True)))
 
 
 @router.post("", status_code=201, response_model=list[SubmittedJob])
-def submit_job(body: SubmitRequest, ctx: Context, caller: Caller) -> list[SubmittedJob]:
-    """Submit a job file. The job is stored durably before this answers."""
-    ids, warnings, names = job_service.submit(ctx, caller, body)
+async def submit_job(body: SubmitRequest, ctx: Context, caller: Caller) -> list[SubmittedJob]:
+    """Submit a job file (with ``array``: as a job array, docs/arrays.md). The job is stored
+    durably before this answers."""
+    done = await submission.submit_grouped(ctx, caller, body)
+    array = None
+    if done.array is not None:
+        size, cap = done.array.size, done.array.cap
+        array = ArrayOut(
+            expression=done.array.expression,
+            size=size,
+            cap=cap,
+            counts={State.WAITING.value: size},
+            held=held_at_submission(size, cap),
+        )
     return [
         SubmittedJob(
             id=job_id,
             name=name,
             state=State.WAITING.value,  # as committed; the scheduler may have placed it since
-            warnings=[ProblemOut(**w) for w in warnings],
+            warnings=[ProblemOut(**w) for w in done.warnings],
+            array=array,
         )
-        for job_id, name in zip(ids, names, strict=True)
+        for job_id, name in zip(done.ids, done.names, strict=True)
     ]
 
 
@@ -75,7 +111,9 @@ def list_jobs(
 ) -> list[JobSummary]:
     """Jobs, newest first. By default non-admins see their own jobs and admins everyone's; with
     ``allUsers`` (or ``user=all``) or ``user=NAME`` anyone sees the summaries of everyone's (or
-    NAME's) jobs, the queue they wait in. Commands, logs and events stay the owner's."""
+    NAME's) jobs, the queue they wait in. Commands, logs and events stay the owner's. An array
+    is listed once, by its parent, with its elements counted by state (the elements are in
+    ``GET /api/v1/jobs/{parent}``)."""
     bad = [s for s in state or [] if s not in JOB_STATES]
     if bad:
         raise ApiError(
@@ -83,7 +121,13 @@ def list_jobs(
             "InvalidParametersError",
             f"state: {bad[0]!r} is not a job state; use one of {', '.join(JOB_STATES)}",
         )
-    query = select(Job).order_by(Job.seq.desc()).limit(limit).offset(offset)
+    query = (
+        select(Job.id)
+        .where(Job.array_job_id.is_(None))
+        .order_by(Job.seq.desc())
+        .limit(limit)
+        .offset(offset)
+    )
     if user is not None and user != "all":
         query = query.where(Job.user == user)
     elif not (allUsers or user == "all" or caller.is_admin):
@@ -93,10 +137,19 @@ def list_jobs(
     if since is not None:
         query = query.where(Job.submitted_at >= since)
     with ctx.db.read() as session:
-        jobs = list(session.scalars(query))
+        # The page's ids first, then its rows: sorting ids is cheap, sorting whole rows (job
+        # files, specs) of every match before the limit is not.
+        ids = list(session.scalars(query))
+        loaded = {j.id: j for j in session.scalars(_SUMMARIES, {"ids": ids})} if ids else {}
+        jobs = [loaded[job_id] for job_id in ids if job_id in loaded]
         nodes = nodes_of(session, jobs)
         accounts = job_accounts(session, jobs, ctx.clock())
-        summaries = [job_summary(j, ctx.positions.of(j), nodes.get(j.id, ())) for j in jobs]
+        parents = [j.id for j in jobs if j.array_size is not None]
+        counts = element_counts(session.connection(), parents)
+        summaries = [
+            job_summary(j, ctx.positions.of(j), nodes.get(j.id, ()), counts.get(j.id))
+            for j in jobs
+        ]
     for summary in summaries:
         summary.accounting = accounts[summary.id]
     return summaries
@@ -125,7 +178,7 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
         blockers: list[str] | None = []
-        if found.state == State.WAITING.value:
+        if found.state == State.WAITING.value and not found.array_held:
             snapshot, _ = load_snapshot(ctx, session)
             blockers = blocking_jobs(snapshot, request_of(ctx, found))
         preempting = list(session.scalars(select(Job.id).where(Job.preempted_by == found.id)))
@@ -163,7 +216,13 @@ def _gpus_held(session: Session, job_ids: list[str]) -> dict[str, int]:
 def stop_job(job: str, ctx: Context, caller: Caller) -> StopResult:
     """Stop a job: SIGTERM to every task's process group, SIGKILL after the grace period."""
     stopped = job_service.stop(ctx, caller, job)
-    return StopResult(id=stopped.id, state=stopped.state)
+    array = None
+    if stopped.array_size is not None:
+        with ctx.db.read() as session:
+            array = array_out(
+                stopped, element_counts(session.connection(), [stopped.id])[stopped.id]
+            )
+    return StopResult(id=stopped.id, state=stopped.state, array=array)
 
 
 @router.get("/{job}/events", response_model=list[EventOut])
@@ -186,6 +245,7 @@ def get_logs(
     """A chunk of one task's log from ``offset``; poll with ``nextOffset`` to follow."""
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
+        no_logs_of_a_parent(found)
         query = select(Task).where(Task.job_id == found.id, Task.job_attempt == found.attempt)
         if role is not None:
             query = query.where(Task.role == role, Task.index == index)

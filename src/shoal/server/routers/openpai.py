@@ -18,7 +18,7 @@ from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import SubmitRequest, VirtualClusterOut
 from shoal.server.services import jobs as job_service
-from shoal.server.services import vcs
+from shoal.server.services import submission, vcs
 from shoal.server.services.views import current_tasks
 from shoal.store.models import Job, Task
 
@@ -69,14 +69,14 @@ async def submit(request: Request, ctx: Context, caller: Caller) -> dict[str, st
     except UnicodeDecodeError:
         raise ApiError(400, "InvalidProtocolError", "the job is not UTF-8 text") from None
     try:
-        ids, _, names = job_service.submit(ctx, caller, SubmitRequest(spec=text))
+        done = await submission.submit_grouped(ctx, caller, SubmitRequest(spec=text))
     except ApiError as exc:
         if exc.code == "InvalidJobSpec":
             raise ApiError(400, "InvalidProtocolError", exc.message, exc.problems) from None
         raise
     return {
         "status": "submitted",
-        "message": f"update job {names[0]} successfully (id {ids[0]})",
+        "message": f"update job {done.names[0]} successfully (id {done.ids[0]})",
     }
 
 
@@ -91,7 +91,7 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=50000)] = 5000,
     withTotalCount: bool = False,
 ) -> Any:
-    query = select(Job).order_by(Job.seq.desc())
+    query = select(Job).where(Job.array_job_id.is_(None)).order_by(Job.seq.desc())
     if not caller.is_admin:
         query = query.where(Job.user == caller.user)
     if username:
@@ -111,7 +111,9 @@ def _find(session: Session, caller: Principal, framework: str) -> Job:
     if not sep:
         raise ApiError(400, "InvalidParametersError", "job ids look like <user>~<job name>")
     job = session.scalar(
-        select(Job).where(Job.user == user, Job.name == name).order_by(Job.seq.desc())
+        select(Job)
+        .where(Job.user == user, Job.name == name, Job.array_job_id.is_(None))
+        .order_by(Job.seq.desc())
     )
     if job is None or not (caller.is_admin or job.user == caller.user):
         raise ApiError(404, "NoJobError", f"job {framework} is not found")

@@ -87,6 +87,7 @@ def cluster_status(ctx: Context, caller: Caller) -> ClusterStatus:
         k: sum(n.allocated.get(k, 0.0) for n in ready) for k in ("cpus", "memoryMiB", "gpus")
     }
     with ctx.db.read() as session:
+        # read from ix_jobs_state alone; an array counts as its parent and its elements
         counts = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())
     jobs = {s.value: int(counts.get(s.value, 0)) for s in State}
     return ClusterStatus(

@@ -96,20 +96,25 @@ def account(tasks: Iterable[TaskRun], job_end: float | None, now: float) -> Acco
     )
 
 
-def _runs_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, list[TaskRun]]:
+_RUN_COLUMNS = (Task.gpu_indices, Task.started_at, Task.finished_at, Task.usage, Task.earlier_usage)
+
+
+def _runs_by_job(
+    session: Session, job_ids: Sequence[str], parents: Sequence[str] = ()
+) -> dict[str, list[TaskRun]]:
+    """Each job's task runs; an array's parent (``parents``) has its elements' tasks."""
     runs: dict[str, list[TaskRun]] = {job_id: [] for job_id in job_ids}
     if not job_ids:
         return runs
-    rows = session.execute(
-        select(
-            Task.job_id,
-            Task.gpu_indices,
-            Task.started_at,
-            Task.finished_at,
-            Task.usage,
-            Task.earlier_usage,
-        ).where(Task.job_id.in_(list(job_ids)))
+    rows = list(
+        session.execute(select(Task.job_id, *_RUN_COLUMNS).where(Task.job_id.in_(list(job_ids))))
     )
+    if parents:
+        rows += session.execute(
+            select(Job.array_job_id, *_RUN_COLUMNS)
+            .join(Job, Job.id == Task.job_id)
+            .where(Job.array_job_id.in_(list(parents)))
+        )
     for job_id, gpus, started, finished, usage, earlier in rows:
         runs[job_id].append(
             TaskRun(len(gpus or ()), started, finished, dict(usage or {}), dict(earlier or {}))
@@ -118,8 +123,9 @@ def _runs_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, list[Tas
 
 
 def job_accounts(session: Session, jobs: Sequence[Job], now: float) -> dict[str, Accounting]:
-    """Each job's accounting, in one query."""
-    runs = _runs_by_job(session, [job.id for job in jobs])
+    """Each job's accounting, in one query (two with arrays: a parent sums its elements')."""
+    parents = [job.id for job in jobs if job.array_size is not None]
+    runs = _runs_by_job(session, [job.id for job in jobs], parents)
     return {
         job.id: account(runs[job.id], None if job.state in ACTIVE else job.completed_at, now)
         for job in jobs
@@ -130,24 +136,34 @@ def usage(
     session: Session, by: str, since_s: float | None, now: float, user: str | None = None
 ) -> list[UsageRow]:
     """Sums per user or VC over the jobs active at any time in the window (a job counts whole,
-    with all it used); ``user``: only that user's jobs."""
-    query = select(Job)
+    with all it used); ``user``: only that user's jobs. An array counts by its elements. One
+    query, read in chunks and folded job by job: memory does not grow with the history."""
+    query = (
+        select(Job.id, Job.user, Job.virtual_cluster, Job.state, Job.completed_at, *_RUN_COLUMNS)
+        .outerjoin(Task, Task.job_id == Job.id)
+        .where(Job.array_size.is_(None))
+        .order_by(Job.id)
+        .execution_options(yield_per=2000)
+    )
     if since_s is not None:
         query = query.where(or_(Job.completed_at.is_(None), Job.completed_at >= now - since_s))
     if user is not None:
         query = query.where(Job.user == user)
-    jobs = list(session.scalars(query))
-    accounts = job_accounts(session, jobs, now)
     sums: dict[str, dict[str, float]] = {}
-    for job in jobs:
-        key = job.user if by == "user" else job.virtual_cluster
-        row = sums.setdefault(key, {"jobs": 0, "gpu": 0.0, "cpu": 0.0, "elapsed": 0.0, "mem": 0.0})
-        used = accounts[job.id]
-        row["jobs"] += 1
-        row["gpu"] += used.gpuHours
-        row["cpu"] += used.cpuSeconds / 3600
-        row["elapsed"] += used.elapsedS / 3600
-        row["mem"] = max(row["mem"], used.peakMemoryMiB)
+    job: Any = None
+    runs: list[TaskRun] = []
+    for row in session.execute(query):
+        if job is None or row.id != job.id:
+            _add(sums, by, job, runs, now)
+            job, runs = row, []
+        if row.gpu_indices is not None:  # the job has tasks (the outer join's other rows)
+            gpus, started, finished = len(row.gpu_indices), row.started_at, row.finished_at
+            runs.append(
+                TaskRun(
+                    gpus, started, finished, dict(row.usage or {}), dict(row.earlier_usage or {})
+                )
+            )
+    _add(sums, by, job, runs, now)
     return [
         UsageRow(
             key=key,
@@ -159,3 +175,19 @@ def usage(
         )
         for key, row in sorted(sums.items(), key=lambda item: (-item[1]["gpu"], item[0]))
     ]
+
+
+def _add(
+    sums: dict[str, dict[str, float]], by: str, job: Any, runs: list[TaskRun], now: float
+) -> None:
+    """Add one job (a row of ``usage``'s query) and its task runs to the sums."""
+    if job is None:
+        return
+    key = job.user if by == "user" else job.virtual_cluster
+    row = sums.setdefault(key, {"jobs": 0, "gpu": 0.0, "cpu": 0.0, "elapsed": 0.0, "mem": 0.0})
+    used = account(runs, None if job.state in ACTIVE else job.completed_at, now)
+    row["jobs"] += 1
+    row["gpu"] += used.gpuHours
+    row["cpu"] += used.cpuSeconds / 3600
+    row["elapsed"] += used.elapsedS / 3600
+    row["mem"] = max(row["mem"], used.peakMemoryMiB)

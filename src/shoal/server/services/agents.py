@@ -25,6 +25,7 @@ from shoal.protocol import (
 )
 from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
+from shoal.server.services.arrays import env_array
 from shoal.server.services.joining import delete_removed_nodes
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.node_life import change_node
@@ -83,6 +84,9 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
         if new:  # the jobs and every task of their attempts, in two queries
             job_ids = sorted({r.job_id for r in new})
             jobs = {j.id: j for j in session.scalars(_JOBS, {"ids": job_ids})}
+            parent_ids = sorted({j.array_job_id for j in jobs.values() if j.array_job_id})
+            if parent_ids:  # the arrays the elements among them belong to, in one query
+                jobs |= {j.id: j for j in session.scalars(_JOBS, {"ids": parent_ids})}
             tasks: dict[int, Task] = {}
             gangs: dict[tuple[str, int], list[Task]] = {}
             for peer in session.scalars(_GANGS, {"ids": job_ids}):
@@ -93,16 +97,21 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
                 task = tasks[row.id]
                 peers = sorted(gangs[(task.job_id, task.job_attempt)], key=lambda t: t.id)
                 epoch = epochs.get(task.node, 0)
-                launch.append(_launch_order(ctx, jobs[task.job_id], task, peers, epoch))
+                job = jobs[task.job_id]
+                parent = jobs.get(job.array_job_id) if job.array_job_id else None
+                launch.append(_launch_order(ctx, job, task, peers, epoch, parent))
     return OrdersResponse(launch=launch, kill=kill)
 
 
 def _launch_order(
-    ctx: ServerContext, job: Job, task: Task, peers: list[Task], epoch: int
+    ctx: ServerContext, job: Job, task: Task, peers: list[Task], epoch: int, parent: Job | None
 ) -> LaunchOrder:
+    """``parent``: the array ``job`` is an element of (None for other jobs)."""
     spec = spec_of(job)
+    array = env_array(job, parent)
     environment = JobEnvironment(
-        env_job(spec, job.id, job.user, job.virtual_cluster), [placement_of(t) for t in peers]
+        env_job(spec, job.id, job.user, job.virtual_cluster, array),
+        [placement_of(t) for t in peers],
     )
     env = {**spec.env, **spec.role(task.role).env, **environment.for_task(task.role, task.index)}
     env["SHOAL_TASK_ATTEMPT"] = str(task.attempt)

@@ -14,9 +14,10 @@ from shoal.core.recheck import Held, recheck_admission
 from shoal.core.states import JobEvent, State, advance_job
 from shoal.server.context import ServerContext
 from shoal.server.notify import note_news, noted_news
+from shoal.server.services.arrays import element_admitted
 from shoal.server.services.events import record
-from shoal.server.services.jobs import request_kill
 from shoal.server.services.nodes import HOLDING, node_state
+from shoal.server.services.stopping import request_kill
 from shoal.store.models import Job, Node, Task
 
 log = logging.getLogger("shoal.scheduler")
@@ -73,6 +74,7 @@ _ADMIT = (
         Job.state == State.WAITING.value,
         Job.completing.is_(None),
         Job.stop_requested.is_(False),
+        Job.array_held.is_(False),  # an array's parent, or an element its cap holds back
     )
     .values(
         state=_RUNNING,
@@ -82,7 +84,7 @@ _ADMIT = (
         pending_code=None,
         pending_message=None,
     )
-    .returning(Job.attempt)
+    .returning(Job.attempt, Job.array_job_id)
 )
 _INSERT_TASK = insert(Task)
 _NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
@@ -132,9 +134,10 @@ def _admit(session: Session, admission: Admission, seen: int | None, now: float)
         return False
     connection = session.connection()
     params = {"job_id": admission.job_id, "seen": seen, "now": now}
-    attempt = connection.execute(_ADMIT, params).scalar()
-    if attempt is None:
+    admitted = connection.execute(_ADMIT, params).first()
+    if admitted is None:
         return False
+    attempt, array_job_id = admitted
     rows = [
         {
             "job_id": admission.job_id,
@@ -168,6 +171,8 @@ def _admit(session: Session, admission: Admission, seen: int | None, now: float)
         "placed",
         f"attempt {attempt}: all {len(admission.placements)} tasks placed on {', '.join(nodes)}",
     )
+    if array_job_id is not None:
+        element_admitted(session, array_job_id, now)
     return True
 
 

@@ -14,8 +14,8 @@ from shoal.planning import env_job, job_request
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import PendingReasonOut, PlannedTask, PlanOut, PlanRequest, SubmitRequest
-from shoal.server.services.jobs import parse_submission
 from shoal.server.services.snapshot import load_snapshot
+from shoal.server.services.submission import parse_submission
 from shoal.spec.model import JobSpec
 
 DRY_RUN_ID = "dry-run"  # never a real job id (those are numbers)

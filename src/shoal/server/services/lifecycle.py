@@ -27,10 +27,11 @@ from shoal.core.nodestates import Liveness
 from shoal.core.states import JobEvent, State, TaskEvent, advance_job, advance_task
 from shoal.server.notify import note_news
 from shoal.server.services.accounting import fold_attempt
+from shoal.server.services.arrays import element_ended
 from shoal.server.services.events import record
-from shoal.server.services.jobs import request_kill
 from shoal.server.services.port_clash import PORT_CLASH
 from shoal.server.services.snapshot import spec_of
+from shoal.server.services.stopping import request_kill
 from shoal.store.models import Job, Node, Task
 
 # The task event that ends a task in each final state.
@@ -210,6 +211,8 @@ def settle_job(session: Session, job: Job, now: float, task: Task | None = None)
         _finish(job, end, now, keep_diagnostics=True)
         job.completing = None
         record(session, job.id, now, "stopped", f"every task has stopped: {job.diagnostics}")
+    if State(job.state).is_terminal:  # and every task has exited: an array may go on
+        element_ended(session, job, now)
 
 
 def _requeue(session: Session, job: Job, cause: RetryCause, now: float) -> None:

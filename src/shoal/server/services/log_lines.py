@@ -13,6 +13,7 @@ from shoal.core.states import State
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import LogLine, LogLines, LogStreamLines
+from shoal.server.services.arrays import no_logs_of_a_parent
 from shoal.server.services.jobs import find_job
 from shoal.server.services.log_files import Page, read_forward, read_tail, start_after
 from shoal.server.services.logs import log_path
@@ -175,6 +176,7 @@ def read_lines(ctx: ServerContext, caller: Principal, ref: str, query: LinesQuer
     _parse_cursors(query.cursors)
     with ctx.db.read() as session:
         job = find_job(session, caller, ref)
+        no_logs_of_a_parent(job)
         tasks = list(
             session.scalars(
                 select(Task).where(Task.job_id == job.id).order_by(Task.job_attempt, Task.id)

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from shoal.core.states import State
 from shoal.server.services.events import record
-from shoal.server.services.jobs import request_kill
+from shoal.server.services.stopping import request_kill
 from shoal.store.models import Event, Job, Task
 
 PORT_CLASH = "port_clash"  # ``Job.completing`` while the attempt's tasks end

@@ -45,7 +45,11 @@ _HOLDING = (
 )
 _WAITING = select(
     Job.id, Job.version, Job.priority, Job.submitted_at, Job.virtual_cluster, Job.user
-).where(Job.state == State.WAITING.value, Job.completing.is_(None))
+).where(
+    Job.state == State.WAITING.value,
+    Job.completing.is_(None),
+    Job.array_held.is_(False),  # not an array's parent, nor an element its cap holds back
+)
 
 
 def allocation(task: Task | Any, meta: Sequence[Any]) -> TaskAllocation:

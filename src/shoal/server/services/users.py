@@ -195,7 +195,7 @@ def _has_active_jobs(session: Session, name: str) -> ApiError:
 def _active_jobs(name: str) -> Select[str, str, str]:
     return (
         select(Job.id, Job.name, Job.state)
-        .where(Job.user == name, Job.state.in_(ACTIVE_JOB_STATES))
+        .where(Job.user == name, Job.state.in_(ACTIVE_JOB_STATES), Job.array_job_id.is_(None))
         .order_by(Job.seq)
     )
 

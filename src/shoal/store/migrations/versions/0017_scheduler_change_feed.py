@@ -1,7 +1,7 @@
 """scheduler change feed: triggers note every change the scheduler's model must see
 
 Revision ID: 0017
-Revises: 0014
+Revises: 0015
 Create Date: 2026-11-25 10:30:00.000000
 
 The scheduler keeps an in-memory model of nodes, running allocations, VCs and the queue
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

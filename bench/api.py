@@ -1,0 +1,484 @@
+"""The API at load (issue #11, item 4): acknowledged submissions per second from concurrent clients,
+read latency while the scheduler is busy, and the server's memory with a long history. Not a test:
+it prints tables, writes bench/results/api.json and rewrites the part of docs/benchmarks.md
+between ``<!-- api:begin -->`` and ``<!-- api:end -->``.
+
+    .venv/bin/python bench/api.py [--submissions 5000] [--clients 20] [--nodes 5000]
+        [--queue 10000] [--read-seconds 20] [--history 100000] [--only submit,reads,history]
+        [--no-save]
+
+Every server is a real ``shoal server`` process on loopback (SQLite, ``synchronous=FULL``) in a
+temporary home; state is written straight into its store before it starts (``api_store.py``).
+"The API alone" is the same app without its scheduler thread (``create_app(run_scheduler=False)``,
+started by this script with ``--serve-api-only``): what the API's interpreter pays once the
+scheduler runs elsewhere (issue #11, item 3).
+
+- **submit**: ``--clients`` clients (4 processes of threads, one keep-alive connection each, the
+  standard library's ``http.client``) send ``--submissions`` trivial one-task jobs, one per
+  request, as fast as answers come. Acknowledged = a 201; after the run every acknowledged id is
+  looked up in the store. Two kinds of load: one job file submitted again and again with a new
+  ``name`` each time (an ``sbatch`` loop) and a different job file each time. One fake node of 20
+  cores (registered through the agent API, no agent process): the first 20 jobs are placed, the
+  rest queue, so a scheduler with a growing queue shares the interpreter.
+- **reads**: ``--nodes`` nodes of 8 GPUs and ``--queue`` queued jobs of ``bench/scheduler.py``'s
+  mix (``bench/workload.py``: 1-8 GPUs, whole nodes, gangs, CPU-only, four priority classes), so
+  every cycle works through a deep queue of many shapes; once the first cycle is done, 4
+  readers alternate ``job list`` (``GET /api/v1/jobs?state=WAITING&state=RUNNING&state=STOPPING``,
+  the first 100) and ``job status`` (``GET /api/v1/jobs/{id}``, random ids), each one request
+  every 100 ms, for ``--read-seconds``; then the same reads on the same store with the API
+  alone.
+- **history**: ``--history`` finished jobs (tasks with usage, 5 events each) and a server with its
+  scheduler; its resident memory idle, then after listing, job details, events, the usage report,
+  and 1,000 submissions (RSS now and its peak, VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from sqlalchemy import select
+
+import api_report
+import api_store
+from launch import machine, percentile, replace_region
+from shoal.local.supervisor import alive, free_port
+from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
+from shoal.server.app import create_app, prepare
+from shoal.server.settings import ServerSettings
+from shoal.store.models import Job
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "bench" / "results" / "api.json"
+BEGIN, END = "<!-- api:begin -->", "<!-- api:end -->"
+TRIVIAL = (
+    "version: 1\nname: {name}\nroles:\n  t:\n    resources: {{cpu: 1, memory: 64}}\n"
+    "    command: 'true'\n"
+)
+CLIENT_PROCESSES = 4
+ACTIVE = "state=WAITING&state=RUNNING&state=STOPPING"
+READ_INTERVAL_S = 0.1  # each reader sends a request every 100 ms
+
+
+# ---- servers ------------------------------------------------------------------------------
+
+
+class Server:
+    """A ``shoal server`` process (or the API alone) on a free loopback port, in ``home``."""
+
+    def __init__(self, home: Path, scheduler: bool = True) -> None:
+        self.home = home
+        self.port = free_port()
+        prepare(ServerSettings(home=home, port=self.port, node_timeout_s=3600)).db.dispose()
+        if scheduler:
+            args = ["-m", "shoal", "server", "--home", str(home), "--port", str(self.port)]
+            args += ["--node-timeout", "3600"]
+        else:
+            args = [str(Path(__file__).resolve()), "--serve-api-only", str(home), str(self.port)]
+        log = open(home / "server.log", "ab")  # noqa: SIM115  kept open by the child
+        self.proc = subprocess.Popen(
+            [sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.token = (home / "admin.token").read_text().strip()
+        self.agent_token = (home / "agent.token").read_text().strip()
+        self._wait_healthy()
+
+    def _wait_healthy(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited; see {self.home / 'server.log'}")
+            try:
+                if self.get("/api/v1/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError("the server did not answer")
+
+    def request(self, method: str, path: str, body: Any = None, agent: bool = False) -> Any:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        headers = {"Authorization": f"Bearer {self.agent_token if agent else self.token}"}
+        if agent:
+            headers[PROTOCOL_HEADER] = str(PROTOCOL_VERSION)
+        data = None if body is None else json.dumps(body)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        connection.request(method, path, data, headers)
+        answer = connection.getresponse()
+        payload = answer.read()
+        connection.close()
+        return answer.status, json.loads(payload) if payload else None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def memory_mib(self) -> tuple[float, float]:
+        """Resident memory now and its peak (VmRSS, VmHWM), MiB."""
+        status = dict(
+            line.split(":", 1)
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        )
+        return tuple(int(status[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(timeout=30)
+        assert not alive(self.proc.pid)
+
+
+def serve_api_only(home: Path, port: int) -> None:
+    """The server's app without its scheduler thread, as ``shoal server`` serves it otherwise."""
+    ctx = prepare(ServerSettings(home=home, port=port, node_timeout_s=3600))
+    app = create_app(ctx, run_scheduler=False)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def register_node(server: Server, cores: int) -> None:
+    node = {
+        "name": "node-0",
+        "address": "127.0.0.1",
+        "cpu_millis": cores * 1000,
+        "memory_mib": 64 * 1024,
+        "gpu_indices": [],
+        "port_low": 20000,
+        "port_high": 21000,
+    }
+    status, body = server.request(
+        "POST", "/api/v1/agent/report", {"agent_id": "bench", "nodes": [node]}, agent=True
+    )
+    assert status == 200, body
+
+
+# ---- submissions --------------------------------------------------------------------------
+
+
+def _client(port: int, token: str, bodies: list[str], out: Any) -> None:
+    """One client: its share of the submissions, one request at a time on one connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    latencies, ids, errors = [], [], []
+    for body in bodies:
+        started = time.perf_counter()
+        connection.request("POST", "/api/v1/jobs", body, headers)
+        answer = connection.getresponse()
+        payload = answer.read()
+        latencies.append(time.perf_counter() - started)
+        if answer.status == 201:
+            ids.append(json.loads(payload)[0]["id"])
+        else:
+            errors.append(f"{answer.status} {payload[:200]!r}")
+    out.put((latencies, ids, errors))
+
+
+def _client_process(port: int, token: str, shares: list[list[str]], out: Any) -> None:
+    threads = [threading.Thread(target=_client, args=(port, token, s, out)) for s in shares]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def bodies_for(count: int, same_file: bool, tag: str) -> list[str]:
+    if same_file:  # one file, a new name each time: an sbatch loop
+        spec = TRIVIAL.format(name="sweep")
+        return [json.dumps({"spec": spec, "name": f"{tag}-{i}"}) for i in range(count)]
+    return [json.dumps({"spec": TRIVIAL.format(name=f"{tag}-{i}")}) for i in range(count)]
+
+
+def hammer(server: Server, bodies: list[str], clients: int) -> dict[str, Any]:
+    """Send ``bodies`` from ``clients`` concurrent clients; what was acknowledged, how fast."""
+    shares = [bodies[k::clients] for k in range(clients)]
+    per_process = [shares[p::CLIENT_PROCESSES] for p in range(CLIENT_PROCESSES)]
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    cpu_before, children_before = server.cpu_s(), os.times()
+    started = time.perf_counter()
+    procs = [
+        context.Process(target=_client_process, args=(server.port, server.token, part, out))
+        for part in per_process
+        if part
+    ]
+    for proc in procs:
+        proc.start()
+    latencies: list[float] = []
+    ids: list[str] = []
+    errors: list[str] = []
+    for _ in range(clients):
+        got = out.get(timeout=3600)
+        latencies += got[0]
+        ids += got[1]
+        errors += got[2]
+    for proc in procs:
+        proc.join()
+    wall = time.perf_counter() - started
+    children = os.times()
+    client_cpu = (children.children_user - children_before.children_user) + (
+        children.children_system - children_before.children_system
+    )
+    return {
+        "submissions": len(bodies),
+        "acknowledged": len(ids),
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "seconds": round(wall, 2),
+        "per_second": round(len(ids) / wall, 1),
+        "p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+        "server_cpu_ms": round((server.cpu_s() - cpu_before) * 1000 / len(bodies), 3),
+        "client_cpu_ms": round(client_cpu * 1000 / len(bodies), 3),
+        "ids": ids,
+    }
+
+
+def durable(home: Path, ids: list[str]) -> int:
+    """How many of the acknowledged ids the store holds (read after the run)."""
+    db = api_store.database(home)
+    found = 0
+    with db.engine.connect() as connection:
+        for start in range(0, len(ids), 5000):
+            chunk = ids[start : start + 5000]
+            found += len(connection.execute(select(Job.id).where(Job.id.in_(chunk))).all())
+    db.dispose()
+    return found
+
+
+def measure_submit(args: argparse.Namespace, scratch: Path) -> list[dict[str, Any]]:
+    runs = []
+    for scheduler in (True, False):
+        for same_file in (True, False):
+            home = Path(tempfile.mkdtemp(prefix="api-submit-", dir=scratch))
+            server = Server(home, scheduler=scheduler)
+            try:
+                register_node(server, cores=20)
+                hammer(server, bodies_for(200, same_file, "warm"), args.clients)  # warm-up
+                run = hammer(server, bodies_for(args.submissions, same_file, "j"), args.clients)
+            finally:
+                server.stop()
+            run["stored"] = durable(home, run.pop("ids"))
+            run["scheduler"] = scheduler
+            run["same_file"] = same_file
+            api_report.log(
+                f"submit: scheduler {'on' if scheduler else 'off'}, "
+                f"{'one file' if same_file else 'a file each'}: {run['per_second']}/s, "
+                f"server {run['server_cpu_ms']} ms CPU each, {run['stored']} stored"
+            )
+            runs.append(run)
+    return runs
+
+
+# ---- reads while the scheduler works ------------------------------------------------------
+
+
+def _reader(server: Server, ids: list[str], until: float, seed: int, out: list[Any]) -> None:
+    rng = random.Random(seed)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+    headers = {"Authorization": f"Bearer {server.token}"}
+    lists: list[float] = []
+    status: list[float] = []
+    turn = 0
+    next_at = time.monotonic()
+    while time.monotonic() < until:
+        next_at += READ_INTERVAL_S  # paced, as people and scripts poll: not a saturating flood
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        listing = turn % 2 == 0
+        path = f"/api/v1/jobs?{ACTIVE}&limit=100" if listing else f"/api/v1/jobs/{rng.choice(ids)}"
+        started = time.perf_counter()
+        connection.request("GET", path, headers=headers)
+        answer = connection.getresponse()
+        answer.read()
+        assert answer.status == 200, answer.status
+        (lists if listing else status).append(time.perf_counter() - started)
+        turn += 1
+    out.append((lists, status))
+
+
+def _pending_unmarked(server: Server) -> bool:
+    """Whether the newest queued job has no pending reason yet (the first cycle is not done)."""
+    _, jobs = server.get("/api/v1/jobs?state=WAITING&limit=1")
+    return bool(jobs) and jobs[0]["pending"] is None
+
+
+def read_load(server: Server, ids: list[str], seconds: float, readers: int = 4) -> dict[str, Any]:
+    out: list[Any] = []
+    cpu_before = server.cpu_s()
+    until = time.monotonic() + seconds
+    threads = [
+        threading.Thread(target=_reader, args=(server, ids, until, k, out)) for k in range(readers)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lists = [x for part in out for x in part[0]]
+    status = [x for part in out for x in part[1]]
+    result: dict[str, Any] = {"seconds": seconds, "readers": readers}
+    for name, values in (("list", lists), ("status", status)):
+        result[name] = {
+            "count": len(values),
+            "p50_ms": round(percentile(values, 0.5) * 1000, 1),
+            "p99_ms": round(percentile(values, 0.99) * 1000, 1),
+            "max_ms": round(max(values) * 1000, 1),
+        }
+    result["server_busy"] = round((server.cpu_s() - cpu_before) / seconds, 2)
+    return result
+
+
+def measure_reads(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="api-reads-", dir=scratch))
+    prepare(ServerSettings(home=home, node_timeout_s=3600)).db.dispose()
+    now = time.time()
+    api_store.add_nodes(home, args.nodes, now)
+    api_store.add_queue(home, args.queue, now)
+    ids = [str(i) for i in range(1, args.queue + 1)]
+    results: dict[str, Any] = {"nodes": args.nodes, "queue": args.queue}
+    server = Server(home, scheduler=True)
+    try:
+        started = time.monotonic()
+        running = 0
+        while running == 0 or _pending_unmarked(server):  # until the first cycle is applied
+            time.sleep(1)
+            running = server.get("/api/v1/cluster")[1]["jobs"]["RUNNING"]
+        results["first_cycle_s"] = round(time.monotonic() - started, 1)
+        results["placed"] = running
+        took = results["first_cycle_s"]
+        api_report.log(f"reads: the first cycle placed {running} jobs in {took} s")
+        results["busy"] = read_load(server, ids, args.read_seconds)
+    finally:
+        server.stop()
+    server = Server(home, scheduler=False)
+    try:
+        results["alone"] = read_load(server, ids, args.read_seconds)
+    finally:
+        server.stop()
+    return results
+
+
+# ---- memory with a long history -----------------------------------------------------------
+
+
+def measure_history(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="api-history-", dir=scratch))
+    prepare(ServerSettings(home=home, node_timeout_s=3600)).db.dispose()
+    now = time.time()
+    nodes = api_store.add_nodes(home, 16, now)
+    started = time.monotonic()
+    tasks = api_store.add_history(home, args.history, now, nodes)
+    result: dict[str, Any] = {
+        "jobs": args.history,
+        "tasks": tasks,
+        "insert_s": round(time.monotonic() - started, 1),
+        "db_mib": round((home / "shoal.db").stat().st_size / 2**20, 1),
+    }
+    server = Server(home, scheduler=True)
+    try:
+        time.sleep(2)
+        result["idle_rss_mib"] = round(server.memory_mib()[0], 1)
+        result["calls"] = history_calls(server, args.history)
+        hammer(server, bodies_for(1000, True, "late"), args.clients)
+        rss, peak = server.memory_mib()
+        result["rss_mib"], result["peak_rss_mib"] = round(rss, 1), round(peak, 1)
+    finally:
+        server.stop()
+    return result
+
+
+def history_calls(server: Server, count: int) -> dict[str, float]:
+    """Typical reads of a server with a long history; each kind's median in ms."""
+    rng = random.Random(3)
+    calls = {
+        "job list (active)": lambda: f"/api/v1/jobs?{ACTIVE}",
+        "job list --all (100)": lambda: "/api/v1/jobs?limit=100",
+        "job list --all --limit 10000": lambda: "/api/v1/jobs?limit=10000",
+        "job status": lambda: f"/api/v1/jobs/{rng.randint(1, count)}",
+        "job events": lambda: f"/api/v1/jobs/{rng.randint(1, count)}/events",
+        "usage --by user (all time)": lambda: "/api/v1/usage?by=user",
+        "status": lambda: "/api/v1/cluster",
+    }
+    medians = {}
+    for name, path in calls.items():
+        times = []
+        for _ in range(3 if "usage" in name or "10000" in name else 20):
+            started = time.perf_counter()
+            code, _ = server.get(path())
+            assert code == 200, (name, code)
+            times.append(time.perf_counter() - started)
+        medians[name] = round(percentile(times, 0.5) * 1000, 1)
+    return medians
+
+
+# ---- main ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--submissions", type=int, default=5000)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--queue", type=int, default=10000)
+    parser.add_argument("--read-seconds", type=float, default=20.0)
+    parser.add_argument("--history", type=int, default=100_000)
+    parser.add_argument("--only", default="submit,reads,history")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--no-save", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    args.parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = set(args.parts) - {"submit", "reads", "history"}
+    if unknown or not args.parts:
+        parser.error(f"--only takes a comma list of submit, reads, history; got {args.only!r}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) == 4 and sys.argv[1] == "--serve-api-only":
+        serve_api_only(Path(sys.argv[2]), int(sys.argv[3]))
+        return 0
+    args = parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="shoal-bench-api-"))
+    data: dict[str, Any] = {
+        "generated_at": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "commit": api_report.commit(ROOT),
+        "machine": machine(),
+        "loadavg_before": list(os.getloadavg()),
+        "parameters": {k: v for k, v in vars(args).items() if k not in ("json", "parts")},
+    }
+    measure = {"submit": measure_submit, "reads": measure_reads, "history": measure_history}
+    for part in args.parts:
+        data[part] = measure[part](args, scratch)
+    data["loadavg_after"] = list(os.getloadavg())
+    api_report.print_tables(data)
+    if not args.no_save:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        if set(args.parts) == {"submit", "reads", "history"}:
+            replace_region(DOC, BEGIN, END, api_report.markdown(data))
+            api_report.log(f"wrote {args.json} and the api region of {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Tables of ``bench/api.py``: printed with rich and written as the Markdown region of
+docs/benchmarks.md. Pure formatting, plus ``commit`` (git) and ``log``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+TARGET_SUBMITS = 1000  # acknowledged submissions/s, 20 clients (issue #11)
+TARGET_READ_P99_MS = 50
+TARGET_RSS_MIB = 250
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def commit(root: Path) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "src"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return (out.stdout.strip() or "unknown") + (" (src/ modified)" if dirty.stdout.strip() else "")
+
+
+def submit_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for run in runs:
+        rows.append(
+            [
+                "with its scheduler" if run["scheduler"] else "the API alone",
+                "one file, a new name each" if run["same_file"] else "a different file each",
+                f"{run['per_second']:,.0f}",
+                f"{run['acknowledged']:,} / {run['stored']:,}",
+                f"{run['server_cpu_ms']:.2f}",
+                f"{run['client_cpu_ms']:.2f}",
+                f"{run['p50_ms']:.1f} / {run['p99_ms']:.1f}",
+            ]
+        )
+    return rows
+
+
+SUBMIT_HEAD = [
+    "server",
+    "job file",
+    "acknowledged/s",
+    "acknowledged / in the store after",
+    "server CPU ms each",
+    "client CPU ms each",
+    "latency p50 / p99 ms",
+]
+
+
+def read_rows(reads: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key, label in (("busy", "with its scheduler"), ("alone", "the API alone")):
+        part = reads.get(key)
+        if not part:
+            continue
+        for kind, name in (("list", "job list"), ("status", "job status")):
+            r = part[kind]
+            rows.append(
+                [
+                    label,
+                    name,
+                    f"{r['count']:,}",
+                    f"{r['p50_ms']:.1f}",
+                    f"{r['p99_ms']:.1f}",
+                    f"{r['max_ms']:.1f}",
+                    f"{part['server_busy']:.0%}",
+                ]
+            )
+    return rows
+
+
+READ_HEAD = ["server", "read", "calls", "p50 ms", "p99 ms", "max ms", "server CPU busy"]
+
+
+def history_rows(history: dict[str, Any]) -> list[list[str]]:
+    return [
+        ["finished jobs / their tasks", f"{history['jobs']:,} / {history['tasks']:,}"],
+        ["store size", f"{history['db_mib']:,.0f} MiB (written in {history['insert_s']} s)"],
+        ["server RSS, idle after start", f"{history['idle_rss_mib']:.0f} MiB"],
+        ["server RSS after the reads and 1,000 submissions", f"{history['rss_mib']:.0f} MiB"],
+        ["server peak RSS (VmHWM)", f"{history['peak_rss_mib']:.0f} MiB"],
+        *[[f"{name}, median", f"{ms:,.1f} ms"] for name, ms in history["calls"].items()],
+    ]
+
+
+def _rich(title: str, head: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title)
+    for column in head:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def print_tables(data: dict[str, Any]) -> None:
+    console = Console(width=200)
+    console.print(f"machine: {data['machine']}; commit {data['commit']}")
+    if "submit" in data:
+        console.print(_rich("submissions", SUBMIT_HEAD, submit_rows(data["submit"])))
+    if "reads" in data:
+        console.print(_rich("reads", READ_HEAD, read_rows(data["reads"])))
+    if "history" in data:
+        console.print(_rich("history", ["", ""], history_rows(data["history"])))
+
+
+def _md(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(data: dict[str, Any]) -> str:
+    params = data["parameters"]
+    load = ", ".join(f"{x:.2f}" for x in data["loadavg_before"])
+    load_after = ", ".join(f"{x:.2f}" for x in data["loadavg_after"])
+    met = sum(1 for run in data["submit"] if run["per_second"] >= TARGET_SUBMITS)
+    rates = ", ".join(f"{run['per_second']:,.0f}" for run in data["submit"])
+    reads = data["reads"]
+    busy_p99 = max(reads["busy"][k]["p99_ms"] for k in ("list", "status"))
+    history = data["history"]
+    parts = [
+        f"Measured {data['generated_at']} at commit `{data['commit']}` on {data['machine']}; "
+        f"load average {load} before and {load_after} after (1, 5, 15 min; the machine is "
+        "shared). Raw numbers: `bench/results/api.json`.",
+        "",
+        f"**Submissions** ({params['submissions']:,} per run after 200 untimed, "
+        f"{params['clients']} clients). Target ≥ {TARGET_SUBMITS:,}/s: met in {met} of "
+        f"{len(data['submit'])} runs ({rates}/s, in the order of the table).",
+        "",
+        _md(SUBMIT_HEAD, submit_rows(data["submit"])),
+        "",
+        f"**Reads while the scheduler works** ({reads['nodes']:,} nodes of 8 GPUs, "
+        f"{reads['queue']:,} queued jobs of the scheduler benchmark's mix; the first cycle "
+        f"placed {reads['placed']:,} of them in {reads['first_cycle_s']} s; 4 readers, each a "
+        f"request every 100 ms for {params['read_seconds']:g} s). Target "
+        f"p99 ≤ {TARGET_READ_P99_MS} ms: {busy_p99:,.1f} ms with the scheduler in the API's "
+        "process.",
+        "",
+        _md(READ_HEAD, read_rows(reads)),
+        "",
+        f"**Memory with {history['jobs']:,} finished jobs in history.** Target ≤ "
+        f"{TARGET_RSS_MIB} MiB: peak {history['peak_rss_mib']:.0f} MiB.",
+        "",
+        _md(["", ""], history_rows(history)),
+    ]
+    return "\n".join(parts)
