@@ -8,7 +8,13 @@ import typer
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit
 from shoal.cli.render import console, new_table
-from shoal.cli.vc_update import describe_amounts, parse_resources, update_command
+from shoal.cli.vc_update import (
+    describe_aging,
+    describe_amounts,
+    parse_aging,
+    parse_resources,
+    update_command,
+)
 
 vc_app = typer.Typer(help="Virtual clusters: teams' guaranteed shares.", no_args_is_help=True)
 
@@ -20,6 +26,7 @@ def _settings(
     user_gpu_cap: int | None,
     preempt_within: bool,
     strict_fifo: bool,
+    aging: str | None,
     description: str,
 ) -> dict[str, Any]:
     g = parse_resources(guarantee, "--guarantee") or {}
@@ -36,6 +43,7 @@ def _settings(
         "user_gpu_cap": user_gpu_cap,
         "preempt_within": preempt_within,
         "strict_fifo": strict_fifo,
+        "aging": parse_aging(aging),
         "members": _names(members),
     }
 
@@ -58,6 +66,12 @@ STRICT_FIFO = typer.Option(
     "--strict-fifo/--no-strict-fifo",
     help="Strict FIFO: no later job of the VC starts while an earlier one waits.",
 )
+AGING = typer.Option(
+    None,
+    "--aging",
+    help="Attained-service aging (Tiresias LAS): GPU-hour thresholds at which a job drops one "
+    "priority step within its class, e.g. 1,10. Default: off.",
+)
 DESCRIPTION = typer.Option("", "--description")
 
 
@@ -71,11 +85,19 @@ def create(
     user_gpu_cap: int | None = USER_CAP,
     preempt_within: bool = PREEMPT,
     strict_fifo: bool = STRICT_FIFO,
+    aging: str | None = AGING,
     description: str = DESCRIPTION,
 ) -> None:
     """Create a virtual cluster (admins)."""
     settings = _settings(
-        guarantee, borrow_limit, members, user_gpu_cap, preempt_within, strict_fifo, description
+        guarantee,
+        borrow_limit,
+        members,
+        user_gpu_cap,
+        preempt_within,
+        strict_fifo,
+        aging,
+        description,
     )
     client().save_vc(name, settings, create=True)
     console.print(f"virtual cluster {name} created")
@@ -103,15 +125,22 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
             "any idle" if vc["borrowLimit"] is None else describe_amounts(vc["borrowLimit"]),
             describe_amounts(used) if any(used.values()) else "-",
             "-" if vc["userGpuCap"] is None else str(vc["userGpuCap"]),
-            "fifo" if vc.get("strictFifo") else "priority",
+            _queue(vc),
             ",".join(m for m in vc["members"] if m != "*") or "everyone",
         )
     console.print(table)
     console.print(
-        "amounts are gpu/cpu/memory; -: not limited; queue fifo: strict FIFO",
+        "amounts are gpu/cpu/memory; -: not limited; queue fifo: strict FIFO; "
+        "las at N GPU-h: jobs drop a priority step at N GPU-hours of service",
         style="dim",
         highlight=False,
     )
+
+
+def _queue(vc: dict[str, Any]) -> str:
+    order = "fifo" if vc.get("strictFifo") else "priority"
+    aging = vc.get("aging")
+    return order if not aging else f"{order}, {describe_aging(aging)}"
 
 
 @vc_app.command()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Protocol, TypeVar
 
 from shoal.core.aging import Aging, aged_priority, level, next_threshold
@@ -96,6 +96,17 @@ class Demotions:
         served = state.attained_gpu_s + (now - state.run_started) * gpus
         at = now + (threshold - served) / gpus
         heapq.heappush(self._checks, (at, next(self._seq), state.job.job_id, state.epoch))
+
+    def rescan(self, now: float, jobs: Iterable[Aged], running: Container[str]) -> dict[str, int]:
+        """Every job's priority from scratch (``--check``: what the repricing must agree with)."""
+        out = {}
+        for state in jobs:
+            served = state.attained_gpu_s
+            if state.job.job_id in running and not state.stopping:
+                served += (now - state.run_started) * state.job.gpus
+            aging = self.aging.get(state.virtual_cluster)
+            out[state.job.job_id] = aged_priority(self.base(state.job), served, aging)
+        return out
 
     def demotion_at(self, state: Aged, now: float) -> float | None:
         """When the running job's service next crosses a threshold (a cycle then decides

@@ -29,7 +29,7 @@ from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation, all
 from shoal.sim.cluster import SimCluster
 from shoal.sim.demotion import Demotions
 from shoal.sim.freegpus import FreeGpus
-from shoal.sim.invariants import check_allocations
+from shoal.sim.invariants import check_allocations, check_priorities
 from shoal.sim.policies import Policy
 from shoal.sim.records import JobRecord, SimResult, Timeline
 from shoal.sim.workload import SimJob, Trace
@@ -183,6 +183,9 @@ class Simulator:
         snapshot = ClusterSnapshot(
             self.cluster.nodes, tuple(self.queue.values()), self._held(), self.vcs
         )
+        if self.config.check_invariants:
+            jobs = (*self.waiting.values(), *self.running.values())
+            check_priorities(snapshot, self.aging.rescan(now, jobs, self.running), now)
         tick = time.perf_counter()
         plan = schedule(snapshot, now)
         self.clock.scheduling_s += time.perf_counter() - tick
