@@ -20,8 +20,13 @@ from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
 from shoal.server.services.accounting import job_accounts
 from shoal.server.services.applier import apply_plan
-from shoal.server.services.attained import attained_gpu_seconds, scheduling_priorities
+from shoal.server.services.attained import (
+    AgingTracker,
+    attained_gpu_seconds,
+    scheduling_priorities,
+)
 from shoal.server.services.snapshot import load_snapshot
+from shoal.server.services.vcs import load_aging
 from shoal.server.settings import ServerSettings
 from shoal.store.models import Job
 from tests.server.test_fencing import orders, report, running, task_row
@@ -213,3 +218,55 @@ def test_without_aging_nothing_changes_and_nothing_is_preempted(
     assert not ages.aging and not ages.attained  # no aging VC: not even a query of the tasks
     plan = aged_cycle(ctx)
     assert not plan.preemptions and not plan.admissions
+
+
+def test_the_tracker_reprices_only_jobs_that_crossed_a_threshold_like_a_full_read(
+    api: TestClient, home: Path, ctx: ServerContext, clock: Clock
+) -> None:
+    """The incremental tracker an in-memory scheduler model keeps: a running job is reported
+    once when its service reaches a threshold (2 GPUs, 1 GPU-hour: 30 min after its start), and
+    its priorities always equal the per-cycle read from the store."""
+    assert create(api, "team", aging={"thresholds_gpu_hours": [1, 2]}).status_code == 201
+    job = submit(api, "job")
+    aged_cycle(ctx)
+    attempt = start(api, home, ctx, job)
+    tracker = AgingTracker()
+    with ctx.db.read() as session:
+        assert tracker.configure(load_aging(session)) is True
+        tracker.reload(session, {job: "team"}, clock.now)
+        snapshot, _ = load_snapshot(ctx, session)
+    (held,) = snapshot.allocations
+
+    def agrees() -> int:
+        with ctx.db.read() as session:
+            expected = scheduling_priorities(session, clock.now).of(job, "team", 10)
+        assert tracker.priority(job, "team", 10, clock.now) == expected
+        return expected
+
+    assert tracker.allocation(held, clock.now) is held and agrees() == 10
+    clock.now += 1799
+    assert tracker.crossed(clock.now) == [] and agrees() == 10
+    clock.now += 1
+    assert tracker.crossed(clock.now) == [job]
+    assert tracker.allocation(held, clock.now).priority == 9 == agrees()
+    assert tracker.crossed(clock.now + 1) == []  # reported once per threshold
+    clock.now += 1800
+    assert tracker.crossed(clock.now) == [job] and agrees() == 8
+    tracker.allocation(held, clock.now)
+    clock.now += 10**6
+    assert tracker.crossed(clock.now) == []  # at the bottom: nothing more to tell
+
+    # it ends: reloaded, it is forgotten (only active jobs are kept)
+    report(api, home, ["n0"], exited=[{"attempt_id": attempt, "exit_code": 0, "epoch": 0,
+                                       "finished_at": T0 + 3000.0}])  # fmt: skip
+    with ctx.db.read() as session:
+        tracker.reload(session, {job: "team"}, clock.now)
+        assert attained_gpu_seconds(session, clock.now) == {}  # not active
+    assert tracker.priority(job, "team", 10, clock.now) == 10
+    assert not tracker._served and tracker.crossed(clock.now + 10**7) == []
+    with ctx.db.read() as session:
+        assert tracker.configure(load_aging(session)) is False
+    api.patch(f"{VC}/team", json={"aging": None})
+    with ctx.db.read() as session:
+        assert tracker.configure(load_aging(session)) is True
+    assert tracker.aging == {}
