@@ -248,11 +248,12 @@ def test_the_tracker_reprices_only_jobs_that_crossed_a_threshold_like_a_full_rea
     assert tracker.crossed(clock.now) == [] and agrees() == 10
     clock.now += 1
     assert tracker.crossed(clock.now) == [job]
-    assert tracker.allocation(held, clock.now).priority == 9 == agrees()
+    held = tracker.allocation(held, clock.now)  # the model keeps the aged object
+    assert held.priority == 9 == agrees()
     assert tracker.crossed(clock.now + 1) == []  # reported once per threshold
     clock.now += 1800
     assert tracker.crossed(clock.now) == [job] and agrees() == 8
-    tracker.allocation(held, clock.now)
+    assert tracker.allocation(held, clock.now).priority == 8  # from its own 10, not from 9
     clock.now += 10**6
     assert tracker.crossed(clock.now) == []  # at the bottom: nothing more to tell
 

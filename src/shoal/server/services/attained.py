@@ -146,13 +146,15 @@ class AgingTracker:
     The model calls ``reload`` for the jobs it reloads from the store (their task rows are read
     again), ``configure`` when the VCs changed, and each cycle ``crossed(now)`` for the jobs whose
     service reached a threshold since they were priced: it builds their queue entry or
-    allocations again through ``request``/``allocation``. ``own`` priorities are the jobs' own
-    (the requests and allocations built from the store carry them)."""
+    allocations again through ``request``/``allocation``, passing the objects it holds: the
+    tracker remembers each job's own priority from the first objects priced after a reload (the
+    ones built from the store, which carry it), so objects it aged can be priced again."""
 
     aging: dict[str, Aging] = field(default_factory=dict)
     _served: dict[str, Served] = field(default_factory=dict)
     _vc: dict[str, str] = field(default_factory=dict)
     _priced: dict[str, int] = field(default_factory=dict)  # job -> level it was priced at
+    _own: dict[str, int] = field(default_factory=dict)  # job -> its own priority
     _checks: list[tuple[float, str]] = field(default_factory=list)
 
     def configure(self, aging: Mapping[str, Aging]) -> bool:
@@ -163,6 +165,7 @@ class AgingTracker:
         self._served.clear()
         self._vc.clear()
         self._priced.clear()
+        self._own.clear()
         self._checks.clear()
         return True
 
@@ -173,6 +176,7 @@ class AgingTracker:
             self._served.pop(job_id, None)
             self._vc.pop(job_id, None)
             self._priced.pop(job_id, None)
+            self._own.pop(job_id, None)
         ids = sorted(job_id for job_id, vc in jobs.items() if vc in self.aging)
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i : i + CHUNK]
@@ -187,16 +191,19 @@ class AgingTracker:
                 self._watch(job_id, now)
 
     def priority(self, job_id: str, virtual_cluster: str, own: int, now: float) -> int:
+        """The job's scheduling priority at ``now`` (``own``: its own, unless the tracker has
+        it from an earlier pricing since the job was last reloaded)."""
         aging = self.aging.get(virtual_cluster)
         if aging is None:
             return own
+        own = self._own.setdefault(job_id, own)
         line = self._served.get(job_id)
         served = 0.0 if line is None else line.at(now)
         self._priced[job_id] = level(served, aging)
         return aged_priority(own, served, aging)
 
     def request(self, job: JobRequest, now: float) -> JobRequest:
-        """``job`` (as built from the store, at its own priority) at its scheduling priority."""
+        """``job`` at its scheduling priority (the same object when unchanged)."""
         priority = self.priority(job.job_id, job.virtual_cluster, job.priority, now)
         return job if priority == job.priority else replace(job, priority=priority)
 
