@@ -54,6 +54,23 @@ def test_oppo_jobs_and_vcs_without_aging_keep_their_priority(aging: Aging, serve
     assert aged_priority(10, served, None) == 10
 
 
+@given(agings, priorities, services, services, st.integers(1, 5), st.integers(0, 8))
+def test_a_job_preempted_max_preemptions_times_runs_at_its_own_priority(
+    aging: Aging, priority: int, a: float, b: float, most: int, preempted: int
+) -> None:
+    capped = Aging(aging.thresholds_gpu_s, max_preemptions=most)
+    less, more = sorted((a, b))
+    for running in (False, True):
+        assert aged_priority(priority, more, capped, preempted, running) <= aged_priority(
+            priority, less, capped, preempted, running
+        )
+    # waiting, it keeps its level (the job it was preempted for goes first) ...
+    assert aged_priority(priority, more, capped, preempted) == aged_priority(priority, more, aging)
+    # ... running, it holds its own priority once it was preempted that often
+    held = aged_priority(priority, more, capped, preempted, running=True)
+    assert held == (priority if preempted >= most else aged_priority(priority, more, aging))
+
+
 @given(agings, services)
 def test_each_threshold_crossed_is_one_step(aging: Aging, served: float) -> None:
     crossed = sum(1 for t in aging.thresholds_gpu_s if served >= t)
@@ -76,7 +93,11 @@ def test_the_steps_at_the_thresholds() -> None:
         8,
         8,
     ]
-    assert aging.as_setting() == {"policy": "las", "thresholds_gpu_hours": [1.0, 10.0]}
+    assert aging.as_setting() == {
+        "policy": "las",
+        "thresholds_gpu_hours": [1.0, 10.0],
+        "max_preemptions": None,
+    }
 
 
 @pytest.mark.parametrize(
@@ -91,6 +112,8 @@ def test_the_steps_at_the_thresholds() -> None:
         ({"thresholds_gpu_hours": 1}, "aging.thresholds_gpu_hours", "a list"),
         ({"policy": "srtf", "thresholds_gpu_hours": [1]}, "aging.policy", "las"),
         ({"thresholds_gpu_hours": [1], "level": 2}, "aging.level", "unknown"),
+        ({"thresholds_gpu_hours": [1], "max_preemptions": 0}, "aging.max_preemptions", ">= 1"),
+        ({"thresholds_gpu_hours": [1], "max_preemptions": 1.5}, "aging.max_preemptions", "whole"),
     ],
 )
 def test_a_bad_setting_names_its_field(raw: dict[str, object], field: str, words: str) -> None:
@@ -103,5 +126,7 @@ def test_settings_parse_and_off() -> None:
     assert parse_setting(None) is None
     parsed = parse_setting({"policy": "las", "thresholds_gpu_hours": [0.5, 2]})
     assert parsed == Aging((1800.0, 7200.0))
+    capped = parse_setting({"thresholds_gpu_hours": [1], "max_preemptions": 2})
+    assert capped == Aging((3600.0,), max_preemptions=2)
     with pytest.raises(AgingError, match="thresholds_gpu_s"):
         Aging((7200.0, 1800.0))

@@ -87,17 +87,26 @@ def test_vc_aging_is_set_shown_changed_and_cleared(cluster: LocalCluster) -> Non
     home = cluster.home
     (home / "server.json").write_text(json.dumps({"url": cluster.info.url}))
     ok(shoal(home, "vc", "create", "team-b", "--guarantee", "gpu=1", "--aging", "1,10"))
-    assert vcs(home)["team-b"]["aging"] == {"policy": "las", "thresholds_gpu_hours": [1.0, 10.0]}
+    assert vcs(home)["team-b"]["aging"] == {
+        "policy": "las",
+        "thresholds_gpu_hours": [1.0, 10.0],
+        "max_preemptions": None,
+    }
     assert "las at 1, 10 GPU-h" in ok(shoal(home, "vc", "list"))
-    diff = ok(shoal(home, "vc", "update", "team-b", "--aging", "las:2.5"))
-    assert "aging  las at 1, 10 GPU-h -> las at 2.5 GPU-h" in diff
+    diff = ok(
+        shoal(home, "vc", "update", "team-b", "--aging", "las:2.5", "--aging-max-preemptions", "2")
+    )
+    assert "aging  las at 1, 10 GPU-h -> las at 2.5 GPU-h, <= 2 preemptions" in diff
+    alone = shoal(home, "vc", "update", "team-b", "--aging-max-preemptions", "3")
+    assert alone.returncode == 2 and "give the thresholds too" in alone.stderr
     refused = shoal(home, "vc", "update", "team-b", "--aging", "10,1")
     assert refused.returncode == 1 and "aging.thresholds_gpu_hours" in refused.stderr
     assert "must be larger" in refused.stderr
     typo = shoal(home, "vc", "update", "team-b", "--aging", "1h")
     assert typo.returncode == 2 and "--aging" in typo.stderr
     assert vcs(home)["team-b"]["aging"]["thresholds_gpu_hours"] == [2.5]
-    assert "las at 2.5 GPU-h -> off" in ok(shoal(home, "vc", "update", "team-b", "--clear-aging"))
+    cleared = ok(shoal(home, "vc", "update", "team-b", "--clear-aging"))
+    assert "las at 2.5 GPU-h, <= 2 preemptions -> off" in cleared
     assert vcs(home)["team-b"]["aging"] is None
 
 

@@ -32,7 +32,7 @@ from shoal.store.models import Job
 from tests.server.test_fencing import orders, report, running, task_row
 
 VC = "/api/v1/virtual-clusters"
-AGING = {"policy": "las", "thresholds_gpu_hours": [1.0, 10.0]}
+AGING = {"policy": "las", "thresholds_gpu_hours": [1.0, 10.0], "max_preemptions": None}
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    resources: {{cpu: 1, gpu: 2}}\n    command: x\n"
 T0 = 1_000_000.0
 
@@ -89,6 +89,11 @@ def create(api: TestClient, name: str, **settings: Any) -> Any:
         ({"policy": "fifo", "thresholds_gpu_hours": [1]}, "aging.policy", "'las'"),
         ({"thresholds_gpu_hours": [1], "levels": 3}, "aging.levels", "not permitted"),
         ({"policy": "las"}, "aging.thresholds_gpu_hours", "required"),
+        (
+            {"thresholds_gpu_hours": [1], "max_preemptions": 0},
+            "aging.max_preemptions",
+            "equal to 1",
+        ),
     ],
 )
 def test_a_bad_aging_setting_is_refused_naming_the_field(
@@ -115,7 +120,11 @@ def test_aging_is_created_shown_edited_and_switched_off(api: TestClient) -> None
     changed = api.patch(f"{VC}/team", json={"aging": {"thresholds_gpu_hours": [2.5]}}).json()
     assert [c["field"] for c in changed["changes"]] == ["aging"]
     assert changed["before"]["aging"] == AGING
-    assert changed["after"]["aging"] == {"policy": "las", "thresholds_gpu_hours": [2.5]}
+    assert changed["after"]["aging"] == {
+        "policy": "las",
+        "thresholds_gpu_hours": [2.5],
+        "max_preemptions": None,
+    }
     assert api.get(f"{VC}/team").json()["aging"]["thresholds_gpu_hours"] == [2.5]
     # other edits leave it alone; null switches it off
     api.patch(f"{VC}/team", json={"strict_fifo": True})
@@ -201,6 +210,12 @@ def test_a_job_past_a_threshold_is_demoted_preempted_and_requeued_at_its_level(
         assert served == {long: 2 * 1805.0}
         assert accounted == pytest.approx(served[long] / 3600, abs=1e-6)  # the same GPU time
         assert scheduling_priorities(session, clock.now).of(long, "team", 10) == 9
+    # preempted once: with max_preemptions 1 it waits at its level, and runs at its own
+    capped = {"aging": {"thresholds_gpu_hours": [1, 10], "max_preemptions": 1}}
+    assert api.patch(f"{VC}/team", json=capped).status_code == 200
+    with ctx.db.read() as session:
+        ages = scheduling_priorities(session, clock.now)
+    assert ages.of(long, "team", 10) == 9 and ages.of(long, "team", 10, running=True) == 10
     assert [a.job_id for a in aged_cycle(ctx).admissions] == [short]
 
 
@@ -215,7 +230,7 @@ def test_without_aging_nothing_changes_and_nothing_is_preempted(
     submit(api, "short")
     with ctx.db.read() as session:
         ages = scheduling_priorities(session, clock.now)
-    assert not ages.aging and not ages.attained  # no aging VC: not even a query of the tasks
+    assert not ages.aging and not ages.served  # no aging VC: not even a query of the tasks
     plan = aged_cycle(ctx)
     assert not plan.preemptions and not plan.admissions
 

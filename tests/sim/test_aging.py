@@ -57,6 +57,31 @@ def test_only_the_vc_that_switched_aging_on_preempts_its_long_job(write) -> None
     assert all(r.preemptions == 0 for r in fifo.values())
 
 
+def test_max_preemptions_stops_aging_a_job_preempted_that_often(write) -> None:
+    """Without a limit the long job is preempted for each newer job; with max_preemptions 1 it
+    keeps its own priority after the first, and the second short job waits for it."""
+    cluster = load_cluster(write("c.yaml", "node_groups: [{count: 1, gpus: 4}]\n"))
+    trace = load_trace(
+        write(
+            "j.yaml",
+            "jobs:\n  - {id: long, submit: 0, duration: 10000, gpus: 4}\n"
+            "  - {id: one, submit: 10, duration: 100, gpus: 4}\n"
+            "  - {id: two, submit: 2000, duration: 100, gpus: 4}\n",
+        ),
+        cluster,
+    )
+    config = SimConfig(checkpoint_s=600, stop_s=30, check_invariants=True)
+
+    def records(most: int | None) -> dict[str, JobRecord]:
+        policy = make_policy("las", las_max_preemptions=most)
+        return {r.job_id: r for r in Simulator(cluster, trace, policy, config).run().records}
+
+    unlimited, capped = records(None), records(1)
+    assert unlimited["long"].preemptions == 2 and unlimited["two"].first_start_s == 2030
+    assert capped["long"].preemptions == 1 and capped["one"].first_start_s == 930
+    assert capped["two"].first_start_s == capped["long"].end_s
+
+
 def test_a_bad_aging_setting_in_a_cluster_file_names_the_vc_and_field(write) -> None:
     path = write("c.yaml", TWO_TEAMS.replace("[1]", "[10, 1]"))
     with pytest.raises(ClusterError, match=r"virtual cluster aging: aging.thresholds_gpu_hours"):
@@ -85,6 +110,8 @@ def test_las_on_a_contended_philly_slice_repricing_agrees_with_a_rescan(traces: 
 
 
 def test_las_thresholds_are_checked_like_the_server_setting() -> None:
-    with pytest.raises(ValueError, match=r"LAS thresholds \(GPU-seconds\).*larger"):
+    with pytest.raises(ValueError, match=r"--las-thresholds \(GPU-seconds\).*larger"):
         make_policy("las", (36_000.0, 3_600.0))
+    with pytest.raises(ValueError, match=r"--las-max-preemptions: 0: give a whole number >= 1"):
+        make_policy("las", las_max_preemptions=0)
     assert make_policy("las").las == Aging.from_hours((1, 10))

@@ -88,6 +88,12 @@ def sim(
     las_thresholds: str = typer.Option(
         "3600,36000", "--las-thresholds", help="LAS queue thresholds in GPU-seconds."
     ),
+    las_max_preemptions: int | None = typer.Option(
+        None,
+        "--las-max-preemptions",
+        min=1,
+        help="LAS: a job preempted this many times is no longer aged (default: no limit).",
+    ),
     check: bool = typer.Option(
         False, "--check", help="Verify after every cycle that nothing is over-allocated (slower)."
     ),
@@ -112,6 +118,7 @@ def sim(
         limit,
         SimConfig(interval, checkpoint, stop_grace, check),
         _thresholds(las_thresholds),
+        las_max_preemptions,
     )
     columns = (
         TextColumn("{task.description}"),

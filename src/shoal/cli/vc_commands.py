@@ -27,6 +27,7 @@ def _settings(
     preempt_within: bool,
     strict_fifo: bool,
     aging: str | None,
+    aging_max_preemptions: int | None,
     description: str,
 ) -> dict[str, Any]:
     g = parse_resources(guarantee, "--guarantee") or {}
@@ -43,7 +44,7 @@ def _settings(
         "user_gpu_cap": user_gpu_cap,
         "preempt_within": preempt_within,
         "strict_fifo": strict_fifo,
-        "aging": parse_aging(aging),
+        "aging": parse_aging(aging, aging_max_preemptions),
         "members": _names(members),
     }
 
@@ -72,6 +73,12 @@ AGING = typer.Option(
     help="Attained-service aging (Tiresias LAS): GPU-hour thresholds at which a job drops one "
     "priority step within its class, e.g. 1,10. Default: off.",
 )
+AGING_MAX_PREEMPTIONS = typer.Option(
+    None,
+    "--aging-max-preemptions",
+    min=1,
+    help="With --aging: a job preempted this many times is no longer aged (default: no limit).",
+)
 DESCRIPTION = typer.Option("", "--description")
 
 
@@ -86,6 +93,7 @@ def create(
     preempt_within: bool = PREEMPT,
     strict_fifo: bool = STRICT_FIFO,
     aging: str | None = AGING,
+    aging_max_preemptions: int | None = AGING_MAX_PREEMPTIONS,
     description: str = DESCRIPTION,
 ) -> None:
     """Create a virtual cluster (admins)."""
@@ -97,6 +105,7 @@ def create(
         preempt_within,
         strict_fifo,
         aging,
+        aging_max_preemptions,
         description,
     )
     client().save_vc(name, settings, create=True)

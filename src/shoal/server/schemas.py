@@ -305,6 +305,12 @@ class AgingSetting(BaseModel):
         description="Increasing GPU-hours (GPUs x run time, all attempts) at which a job drops "
         "one step, e.g. [1, 10].",
     )
+    max_preemptions: int | None = Field(
+        None,
+        ge=1,
+        description="A job preempted (or requeued for its resources) this many times is no "
+        "longer aged, so aging preempts no job more often (null: no limit).",
+    )
 
     @field_validator("thresholds_gpu_hours")
     @classmethod

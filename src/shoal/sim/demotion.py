@@ -15,7 +15,8 @@ import itertools
 from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Protocol, TypeVar
 
-from shoal.core.aging import Aging, aged_priority, level, next_threshold
+from shoal.core.aging import Aging, aged_priority, level, next_threshold, protected
+from shoal.sim.records import JobRecord
 from shoal.sim.workload import SimJob
 
 # A check is due this much before its exact time: floating point may put the crossing a few ulps
@@ -27,6 +28,7 @@ class Aged(Protocol):
     """What of a simulated job aging needs (``engine._Job``)."""
 
     job: SimJob
+    record: JobRecord  # its preemptions so far (aging's max_preemptions)
     virtual_cluster: str
     priority: int
     priced_at: float  # the service its priority was computed from
@@ -49,19 +51,27 @@ class Demotions:
     def initial(self, job: SimJob, virtual_cluster: str) -> int:
         return aged_priority(self.base(job), 0.0, self.aging.get(virtual_cluster))
 
-    def reprice(self, state: Aged, served: float) -> bool:
-        """Set the job's priority for ``served`` GPU-seconds; whether it changed."""
-        aging = self.aging.get(state.virtual_cluster)
-        priority = aged_priority(self.base(state.job), served, aging)
+    def reprice(self, state: Aged, served: float, running: bool) -> bool:
+        """Set the job's priority for ``served`` GPU-seconds, for its queue entry or (``running``,
+        also while it stops) for the tasks it holds; whether it changed."""
+        priority = self._priority(state, served, running)
         state.priced_at = served
         if priority == state.priority:
             return False
         state.priority = priority
         return True
 
-    def started(self, state: Aged, now: float) -> None:
-        """A job (re)started: check it again when its service reaches its next threshold."""
+    def _priority(self, state: Aged, served: float, running: bool) -> int:
+        aging = self.aging.get(state.virtual_cluster)
+        preempted = state.record.preemptions
+        return aged_priority(self.base(state.job), served, aging, preempted, running)
+
+    def started(self, state: Aged, now: float) -> bool:
+        """A job (re)started: its tasks' priority (whether it changed from its queue entry's),
+        and a check when its service reaches its next threshold."""
+        changed = self.reprice(state, state.priced_at, running=True)
         self._watch(state, now)
+        return changed
 
     def due(self, now: float, running: Mapping[str, A]) -> list[A]:
         """The running jobs whose service crossed a threshold since they were priced, each
@@ -80,7 +90,7 @@ class Demotions:
             if level(served, aging) == level(state.priced_at, aging):
                 heapq.heappush(self._checks, (at, next(self._seq), job_id, epoch))  # not yet
                 continue
-            if self.reprice(state, served):
+            if self.reprice(state, served, running=True):
                 changed.append(state)
             self._watch(state, now)
         return changed
@@ -88,8 +98,8 @@ class Demotions:
     def _watch(self, state: Aged, now: float) -> None:
         aging = self.aging.get(state.virtual_cluster)
         gpus = state.job.gpus
-        if aging is None or not gpus:
-            return
+        if aging is None or not gpus or protected(aging, state.record.preemptions):
+            return  # its priority no longer changes while it runs
         threshold = next_threshold(state.priced_at, aging)
         if threshold is None:
             return
@@ -101,11 +111,11 @@ class Demotions:
         """Every job's priority from scratch (``--check``: what the repricing must agree with)."""
         out = {}
         for state in jobs:
+            held = state.job.job_id in running
             served = state.attained_gpu_s
-            if state.job.job_id in running and not state.stopping:
+            if held and not state.stopping:
                 served += (now - state.run_started) * state.job.gpus
-            aging = self.aging.get(state.virtual_cluster)
-            out[state.job.job_id] = aged_priority(self.base(state.job), served, aging)
+            out[state.job.job_id] = self._priority(state, served, held)
         return out
 
     def demotion_at(self, state: Aged, now: float) -> float | None:
@@ -113,7 +123,7 @@ class Demotions:
         whether a job with less service takes its place); None: never again."""
         aging = self.aging.get(state.virtual_cluster)
         gpus = state.job.gpus
-        if aging is None or not gpus:
+        if aging is None or not gpus or protected(aging, state.record.preemptions):
             return None
         served = state.attained_gpu_s + (now - state.run_started) * gpus
         for threshold in aging.thresholds_gpu_s:

@@ -170,6 +170,8 @@ class Simulator:
         else:
             state.stopping = False
             state.request = None
+            if self.aging.aging:  # back in the queue, at its level even if it ran protected
+                self.aging.reprice(state, state.attained_gpu_s, running=False)
             self._enqueue(state)
         return True
 
@@ -208,8 +210,6 @@ class Simulator:
         for admission in plan.admissions:
             state = self._dequeue(admission.job_id)
             request = self._request(state)
-            state.allocations = tuple(allocation_for(request, p) for p in admission.placements)
-            self._hold(state.allocations)
             for placement in admission.placements:
                 self.free.take(placement.node, placement.resources.gpu)
             state.run_started = now
@@ -219,7 +219,12 @@ class Simulator:
             self.running[admission.job_id] = state
             self._push(now + state.remaining_s, FINISH, state)
             self._push_demotion(state, now)
-            self.aging.started(state, now)
+            state.allocations = tuple(allocation_for(request, p) for p in admission.placements)
+            if self.aging.aging and self.aging.started(state, now):  # protected: its own now
+                state.allocations = tuple(
+                    replace(a, priority=state.priority) for a in state.allocations
+                )
+            self._hold(state.allocations)
         for preemption in plan.preemptions:
             self._preempt(self.running[preemption.victim_job_id], now)
         for never in plan.infeasible:
@@ -237,8 +242,8 @@ class Simulator:
         state.run_started = now  # attained service stops growing: the job is stopping
         state.stopping = True
         state.epoch += 1  # its completion and demotion events no longer count
-        if self.aging.aging:  # it goes back to the queue at the level of the service it had
-            self.aging.reprice(state, state.attained_gpu_s)
+        if self.aging.aging:  # it stops at the level of the service it had
+            self.aging.reprice(state, state.attained_gpu_s, running=True)
         state.allocations = tuple(
             replace(a, terminating=True, priority=state.priority) for a in state.allocations
         )

@@ -65,7 +65,11 @@ class Policy:
         return job.priority if self.uses_priority else DEFAULT_PRIORITY
 
 
-def make_policy(name: str, las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS) -> Policy:
+def make_policy(
+    name: str,
+    las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS,
+    las_max_preemptions: int | None = None,
+) -> Policy:
     if name == "fifo":
         return Policy(
             "fifo", borrowing=False, preemption=False, strict_fifo=True, uses_priority=False
@@ -76,8 +80,13 @@ def make_policy(name: str, las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRES
         )
     if name == "las":
         try:
-            aging = Aging(tuple(las_thresholds))
+            aging = Aging(tuple(las_thresholds), max_preemptions=las_max_preemptions)
         except AgingError as error:
-            raise ValueError(f"LAS thresholds (GPU-seconds): {error.message}") from None
+            option = (
+                "--las-max-preemptions"
+                if error.field == "max_preemptions"
+                else ("--las-thresholds (GPU-seconds)")
+            )
+            raise ValueError(f"{option}: {error.message}") from None
         return Policy("las", True, True, False, las=aging)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

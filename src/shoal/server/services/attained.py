@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shoal.core.aging import Aging, aged_priority, level, next_threshold
+from shoal.core.aging import Aging, aged_priority, level, next_threshold, protected
 from shoal.core.snapshot import JobRequest, TaskAllocation
 from shoal.core.states import State
 from shoal.server.services.vcs import load_aging
@@ -53,6 +53,7 @@ class Served:
     banked: float = 0.0
     gpus: int = 0  # GPUs of its tasks that started and have not ended
     since: float = 0.0  # the sum of those tasks' GPUs x start time
+    preempted: int = 0  # times the job went back to the queue for resources (preemption)
 
     def add_task(
         self, gpus: int, started_at: float | None, finished_at: float | None, earlier: Any
@@ -72,15 +73,25 @@ class Served:
         return max(self.banked + self.gpus * now - self.since, self.banked)
 
 
-_TASK_RUNS = (Task.job_id, Task.gpu_indices, Task.started_at, Task.finished_at, Task.earlier_usage)
+_TASK_RUNS = (
+    Task.job_id,
+    Task.gpu_indices,
+    Task.started_at,
+    Task.finished_at,
+    Task.earlier_usage,
+    Job.retries_resource,
+)
 
 
 def _fold(rows: Iterable[Any]) -> dict[str, Served]:
     served: dict[str, Served] = {}
-    for job_id, gpus, started, finished, earlier in rows:
+    for job_id, gpus, started, finished, earlier, preempted in rows:
         if started is None and not earlier:
             continue  # never started: no service
-        served.setdefault(job_id, Served()).add_task(len(gpus or ()), started, finished, earlier)
+        line = served.get(job_id)
+        if line is None:
+            line = served[job_id] = Served(preempted=preempted or 0)
+        line.add_task(len(gpus or ()), started, finished, earlier)
     return served
 
 
@@ -108,13 +119,16 @@ class SchedulingPriorities:
     """The priority the scheduler uses for each job of a cycle (its own, aged in aging VCs)."""
 
     aging: Mapping[str, Aging]
-    attained: Mapping[str, float]
+    served: Mapping[str, Served]
+    now: float
 
-    def of(self, job_id: str, virtual_cluster: str, priority: int) -> int:
+    def of(self, job_id: str, virtual_cluster: str, priority: int, running: bool = False) -> int:
+        """For the job's queue entry, or (``running``) for the tasks it holds."""
         aging = self.aging.get(virtual_cluster)
-        if aging is None:
-            return priority
-        return aged_priority(priority, self.attained.get(job_id, 0.0), aging)
+        line = self.served.get(job_id)
+        if aging is None or line is None:
+            return priority  # no aging, or no service yet
+        return aged_priority(priority, line.at(self.now), aging, line.preempted, running)
 
     def request(self, job: JobRequest) -> JobRequest:
         """The queued job at its scheduling priority (the same object when unchanged)."""
@@ -124,19 +138,16 @@ class SchedulingPriorities:
     def allocation(self, alloc: TaskAllocation) -> TaskAllocation:
         """A running task held at its job's scheduling priority (the same object when
         unchanged)."""
-        priority = self.of(alloc.job_id, alloc.virtual_cluster, alloc.priority)
+        priority = self.of(alloc.job_id, alloc.virtual_cluster, alloc.priority, running=True)
         return alloc if priority == alloc.priority else replace(alloc, priority=priority)
-
-
-NO_AGING = SchedulingPriorities({}, {})
 
 
 def scheduling_priorities(session: Session, now: float) -> SchedulingPriorities:
     """What one cycle needs to age its jobs: the aging VCs and the service their jobs had."""
     aging = load_aging(session)
     if not aging:
-        return NO_AGING
-    return SchedulingPriorities(aging, attained_gpu_seconds(session, now, aging.keys()))
+        return SchedulingPriorities({}, {}, now)
+    return SchedulingPriorities(aging, served_by_job(session, aging.keys()), now)
 
 
 @dataclass
@@ -190,17 +201,21 @@ class AgingTracker:
                 self._vc[job_id] = jobs[job_id]
                 self._watch(job_id, now)
 
-    def priority(self, job_id: str, virtual_cluster: str, own: int, now: float) -> int:
-        """The job's scheduling priority at ``now`` (``own``: its own, unless the tracker has
-        it from an earlier pricing since the job was last reloaded)."""
+    def priority(
+        self, job_id: str, virtual_cluster: str, own: int, now: float, running: bool = False
+    ) -> int:
+        """The job's scheduling priority at ``now``, for its queue entry or (``running``) its
+        tasks (``own``: its own, unless the tracker has it from an earlier pricing since the
+        job was last reloaded)."""
         aging = self.aging.get(virtual_cluster)
         if aging is None:
             return own
         own = self._own.setdefault(job_id, own)
         line = self._served.get(job_id)
         served = 0.0 if line is None else line.at(now)
+        preempted = 0 if line is None else line.preempted
         self._priced[job_id] = level(served, aging)
-        return aged_priority(own, served, aging)
+        return aged_priority(own, served, aging, preempted, running)
 
     def request(self, job: JobRequest, now: float) -> JobRequest:
         """``job`` at its scheduling priority (the same object when unchanged)."""
@@ -208,7 +223,8 @@ class AgingTracker:
         return job if priority == job.priority else replace(job, priority=priority)
 
     def allocation(self, alloc: TaskAllocation, now: float) -> TaskAllocation:
-        priority = self.priority(alloc.job_id, alloc.virtual_cluster, alloc.priority, now)
+        job_id, vc = alloc.job_id, alloc.virtual_cluster
+        priority = self.priority(job_id, vc, alloc.priority, now, running=True)
         return alloc if priority == alloc.priority else replace(alloc, priority=priority)
 
     def crossed(self, now: float) -> list[str]:
@@ -222,7 +238,10 @@ class AgingTracker:
         changed = []
         for job_id in due:
             aging = self.aging[self._vc[job_id]]
-            if level(self._served[job_id].at(now), aging) != self._priced.get(job_id, 0):
+            line = self._served[job_id]
+            if protected(aging, line.preempted):
+                continue  # it runs at its own priority whatever its service
+            if level(line.at(now), aging) != self._priced.get(job_id, 0):
                 changed.append(job_id)
             self._watch(job_id, now)
         return changed
@@ -230,9 +249,10 @@ class AgingTracker:
     def _watch(self, job_id: str, now: float) -> None:
         """A check when the running job reaches the threshold after its level now."""
         line = self._served[job_id]
-        if not line.gpus:
-            return
+        aging = self.aging[self._vc[job_id]]
+        if not line.gpus or protected(aging, line.preempted):
+            return  # its service does not grow, or it runs at its own priority
         served = line.at(now)
-        threshold = next_threshold(served, self.aging[self._vc[job_id]])
+        threshold = next_threshold(served, aging)
         if threshold is not None:
             heapq.heappush(self._checks, (now + (threshold - served) / line.gpus, job_id))

@@ -126,7 +126,9 @@ def load_aging(session: Session) -> dict[str, Aging]:
 def aging_of(setting: dict[str, Any]) -> Aging:
     """A stored setting (validated when it was written) as ``core.aging`` takes it."""
     return Aging.from_hours(
-        tuple(float(h) for h in setting["thresholds_gpu_hours"]), str(setting["policy"])
+        tuple(float(h) for h in setting["thresholds_gpu_hours"]),
+        str(setting["policy"]),
+        setting.get("max_preemptions"),
     )
 
 
