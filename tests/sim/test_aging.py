@@ -55,6 +55,10 @@ def test_only_the_vc_that_switched_aging_on_preempts_its_long_job(write) -> None
     assert everywhere["p-long"].preemptions == 1 and everywhere["p-short"].first_start_s == 930
     fifo = run(write, "fifo")
     assert all(r.preemptions == 0 for r in fifo.values())
+    # aging: the recommended setting where the file gives none (plain: 1 GPU-hour at 900 s)
+    recommended = run(write, "aging")
+    assert recommended["p-long"].preemptions == 1 and recommended["p-short"].first_start_s == 930
+    assert recommended["a-long"].preemptions == 1
 
 
 def test_max_preemptions_stops_aging_a_job_preempted_that_often(write) -> None:

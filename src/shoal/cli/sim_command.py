@@ -34,7 +34,7 @@ def _policies(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
         raise typer.BadParameter(
-            "name at least one policy: fifo, shoal or las", param_hint="--policy"
+            "name at least one policy: fifo, shoal, las or aging", param_hint="--policy"
         )
     return names
 
@@ -58,7 +58,7 @@ def sim(
     policy: str = typer.Option(
         "shoal",
         "--policy",
-        help="fifo, shoal or las; a comma-separated list compares them (first: baseline).",
+        help="fifo, shoal, las or aging; a comma-separated list compares them (first: baseline).",
     ),
     trace_format: TraceFormatChoice = typer.Option(
         TraceFormatChoice.AUTO, "--format", help="Trace format (auto: by header or suffix)."

@@ -12,6 +12,9 @@ policy only chooses the virtual-cluster rules it runs under and the priority eac
   top of ``shoal``, switched on in every VC: a job drops one priority step each time the
   GPU-seconds it has received cross a threshold (``core.aging``, the server's per-VC aging), so
   short jobs overtake long ones, and a job that falls behind can be preempted within its VC.
+- ``aging``: ``shoal`` with the server's per-VC aging switched on in every VC at the setting
+  the docs recommend (``RECOMMENDED_AGING``: 1, 10 and 100 GPU-hours, a job preempted once runs
+  at its own priority), unless the cluster file gives a VC its own.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from shoal.core.snapshot import VirtualCluster
 from shoal.sim.cluster import SimCluster
 from shoal.sim.workload import SimJob
 
-POLICIES = ("fifo", "shoal", "las")
+POLICIES = ("fifo", "shoal", "las", "aging")
 DEFAULT_LAS_THRESHOLDS = (3_600.0, 36_000.0)  # GPU-seconds: 1 and 10 GPU-hours
+# What docs/scheduling-quality.md measured as the best trade on the contended Philly layouts.
+RECOMMENDED_AGING = Aging.from_hours((1, 10, 100), max_preemptions=1)
 DEFAULT_PRIORITY = 10  # the `test` class, what a job without one gets
 
 
@@ -37,6 +42,7 @@ class Policy:
     # LAS in every VC, whatever the cluster file says (VCs must then allow preemption within).
     las: Aging | None = None
     cluster_aging: bool = False  # the cluster file's per-VC aging settings apply
+    default_aging: Aging | None = None  # for the VCs the cluster file gives no aging setting
     uses_priority: bool = True  # False: every job has the default priority (plain FIFO)
 
     @property
@@ -49,7 +55,8 @@ class Policy:
             return {quota.name: self.las for quota in cluster.quotas}
         if not self.cluster_aging:
             return {}
-        return {q.name: q.aging for q in cluster.quotas if q.aging is not None}
+        chosen = {q.name: q.aging or self.default_aging for q in cluster.quotas}
+        return {name: aging for name, aging in chosen.items() if aging is not None}
 
     def virtual_clusters(self, cluster: SimCluster) -> tuple[VirtualCluster, ...]:
         vcs = cluster.virtual_clusters(
@@ -89,4 +96,13 @@ def make_policy(
             )
             raise ValueError(f"{option}: {error.message}") from None
         return Policy("las", True, True, False, las=aging)
+    if name == "aging":
+        return Policy(
+            "aging",
+            borrowing=True,
+            preemption=True,
+            strict_fifo=False,
+            cluster_aging=True,
+            default_aging=RECOMMENDED_AGING,
+        )
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
