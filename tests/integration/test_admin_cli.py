@@ -92,7 +92,8 @@ def test_vc_aging_is_set_shown_changed_and_cleared(cluster: LocalCluster) -> Non
         "thresholds_gpu_hours": [1.0, 10.0],
         "max_preemptions": None,
     }
-    assert "las at 1, 10 GPU-h" in ok(shoal(home, "vc", "list"))
+    table = ok(shoal(home, "vc", "list"))
+    assert "las 1,10" in table and all(len(line) <= 80 for line in table.splitlines())
     diff = ok(
         shoal(home, "vc", "update", "team-b", "--aging", "las:2.5", "--aging-max-preemptions", "2")
     )

@@ -9,7 +9,6 @@ import typer
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit
 from shoal.cli.render import console, new_table
 from shoal.cli.vc_update import (
-    describe_aging,
     describe_amounts,
     parse_aging,
     parse_resources,
@@ -139,17 +138,27 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
         )
     console.print(table)
     console.print(
-        "amounts are gpu/cpu/memory; -: not limited; queue fifo: strict FIFO; "
-        "las at N GPU-h: jobs drop a priority step at N GPU-hours of service",
+        "amounts are gpu/cpu/memory; -: not limited; queue fifo: strict FIFO",
         style="dim",
         highlight=False,
     )
+    if any(vc.get("aging") for vc in rows):
+        console.print(
+            "las A,B ≤K: aging, a job drops a step at A, B GPU-hours, ≤K preemptions by it",
+            style="dim",
+            highlight=False,
+        )
 
 
 def _queue(vc: dict[str, Any]) -> str:
-    order = "fifo" if vc.get("strictFifo") else "priority"
+    """``priority``, ``fifo``, or with aging ``las 1,10 ≤1`` (``fifo+las ...``)."""
     aging = vc.get("aging")
-    return order if not aging else f"{order}, {describe_aging(aging)}"
+    if not aging:
+        return "fifo" if vc.get("strictFifo") else "priority"
+    hours = ",".join(f"{h:g}" for h in aging["thresholds_gpu_hours"])
+    most = aging.get("max_preemptions")
+    las = f"las {hours}" + (f" ≤{most}" if most else "")
+    return f"fifo+{las}" if vc.get("strictFifo") else las
 
 
 @vc_app.command()
