@@ -83,6 +83,34 @@ def test_vc_update_changes_only_the_flags_given(cluster: LocalCluster) -> None:
     assert "1/-/-" in table and "everyone" in table
 
 
+def test_vc_aging_is_set_shown_changed_and_cleared(cluster: LocalCluster) -> None:
+    home = cluster.home
+    (home / "server.json").write_text(json.dumps({"url": cluster.info.url}))
+    ok(shoal(home, "vc", "create", "team-b", "--guarantee", "gpu=1", "--aging", "1,10"))
+    assert vcs(home)["team-b"]["aging"] == {
+        "policy": "las",
+        "thresholds_gpu_hours": [1.0, 10.0],
+        "max_preemptions": None,
+    }
+    table = ok(shoal(home, "vc", "list"))
+    assert "las 1,10" in table and all(len(line) <= 80 for line in table.splitlines())
+    diff = ok(
+        shoal(home, "vc", "update", "team-b", "--aging", "las:2.5", "--aging-max-preemptions", "2")
+    )
+    assert "aging  las at 1, 10 GPU-h -> las at 2.5 GPU-h, <= 2 preemptions" in diff
+    alone = shoal(home, "vc", "update", "team-b", "--aging-max-preemptions", "3")
+    assert alone.returncode == 2 and "give the thresholds too" in alone.stderr
+    refused = shoal(home, "vc", "update", "team-b", "--aging", "10,1")
+    assert refused.returncode == 1 and "aging.thresholds_gpu_hours" in refused.stderr
+    assert "must be larger" in refused.stderr
+    typo = shoal(home, "vc", "update", "team-b", "--aging", "1h")
+    assert typo.returncode == 2 and "--aging" in typo.stderr
+    assert vcs(home)["team-b"]["aging"]["thresholds_gpu_hours"] == [2.5]
+    cleared = ok(shoal(home, "vc", "update", "team-b", "--clear-aging"))
+    assert "las at 2.5 GPU-h, <= 2 preemptions -> off" in cleared
+    assert vcs(home)["team-b"]["aging"] is None
+
+
 def test_user_update_delete_with_running_jobs_and_accounting(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:

@@ -156,6 +156,16 @@ SETTING_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "user_gpu_cap": st.none() | st.integers(0, 8),
     "preempt_within": st.booleans(),
     "strict_fifo": st.booleans(),
+    "aging": st.none()
+    | st.builds(
+        lambda hours, most: {
+            "policy": "las",
+            "thresholds_gpu_hours": sorted(map(float, hours)),
+            "max_preemptions": most,
+        },
+        st.lists(st.integers(1, 50), min_size=1, max_size=9, unique=True),
+        st.none() | st.integers(1, 5),
+    ),
     "members": st.none() | st.lists(st.sampled_from(["alice", "bob", "g1"]), unique=True),
 }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 
 from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
@@ -142,3 +142,18 @@ def _job(ctx: ServerContext, job_id: str) -> Job:
         job = session.get(Job, job_id)
         assert job is not None
         return job
+
+
+def test_every_change_feed_trigger_exists_at_the_head_migration(ctx: ServerContext) -> None:
+    """A later migration that rebuilds jobs, tasks, nodes or virtual_clusters (SQLite's batch
+    mode copies the table) drops its triggers; it must create them again."""
+    with ctx.db.read() as session:
+        names = set(
+            session.execute(
+                text(
+                    "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'sched_%'"
+                )
+            ).scalars()
+        )
+    tables = ("jobs", "tasks", "nodes", "virtual_clusters")
+    assert names == {f"sched_{t}_{what}" for t in tables for what in ("insert", "update", "delete")}

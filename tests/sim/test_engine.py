@@ -34,7 +34,7 @@ def replay(
 @pytest.fixture(scope="module")
 def tiresias(shared_dir: Path) -> dict[str, SimResult]:
     path = shared_dir / "traces" / "tiresias_60_job.csv"
-    return {p: replay(path, "tiresias-4x4.yaml", p) for p in ("fifo", "shoal", "las")}
+    return {p: replay(path, "tiresias-4x4.yaml", p) for p in ("fifo", "shoal", "las", "aging")}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def assert_consistent(result: SimResult) -> None:
     assert 0 < summary["gpu_utilization"] <= 1
 
 
-@pytest.mark.parametrize("policy", ["fifo", "shoal", "las"])
+@pytest.mark.parametrize("policy", ["fifo", "shoal", "las", "aging"])
 def test_tiresias_every_job_completes_consistently(tiresias, policy: str) -> None:
     assert_consistent(tiresias[policy])
 

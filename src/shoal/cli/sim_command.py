@@ -34,7 +34,7 @@ def _policies(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
         raise typer.BadParameter(
-            "name at least one policy: fifo, shoal or las", param_hint="--policy"
+            "name at least one policy: fifo, shoal, las or aging", param_hint="--policy"
         )
     return names
 
@@ -58,7 +58,7 @@ def sim(
     policy: str = typer.Option(
         "shoal",
         "--policy",
-        help="fifo, shoal or las; a comma-separated list compares them (first: baseline).",
+        help="fifo, shoal, las or aging; a comma-separated list compares them (first: baseline).",
     ),
     trace_format: TraceFormatChoice = typer.Option(
         TraceFormatChoice.AUTO, "--format", help="Trace format (auto: by header or suffix)."
@@ -88,6 +88,12 @@ def sim(
     las_thresholds: str = typer.Option(
         "3600,36000", "--las-thresholds", help="LAS queue thresholds in GPU-seconds."
     ),
+    las_max_preemptions: int | None = typer.Option(
+        None,
+        "--las-max-preemptions",
+        min=1,
+        help="LAS: a job preempted this many times is no longer aged (default: no limit).",
+    ),
     check: bool = typer.Option(
         False, "--check", help="Verify after every cycle that nothing is over-allocated (slower)."
     ),
@@ -112,6 +118,7 @@ def sim(
         limit,
         SimConfig(interval, checkpoint, stop_grace, check),
         _thresholds(las_thresholds),
+        las_max_preemptions,
     )
     columns = (
         TextColumn("{task.description}"),

@@ -8,7 +8,12 @@ import typer
 
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit
 from shoal.cli.render import console, new_table
-from shoal.cli.vc_update import describe_amounts, parse_resources, update_command
+from shoal.cli.vc_update import (
+    describe_amounts,
+    parse_aging,
+    parse_resources,
+    update_command,
+)
 
 vc_app = typer.Typer(help="Virtual clusters: teams' guaranteed shares.", no_args_is_help=True)
 
@@ -20,6 +25,8 @@ def _settings(
     user_gpu_cap: int | None,
     preempt_within: bool,
     strict_fifo: bool,
+    aging: str | None,
+    aging_max_preemptions: int | None,
     description: str,
 ) -> dict[str, Any]:
     g = parse_resources(guarantee, "--guarantee") or {}
@@ -36,6 +43,7 @@ def _settings(
         "user_gpu_cap": user_gpu_cap,
         "preempt_within": preempt_within,
         "strict_fifo": strict_fifo,
+        "aging": parse_aging(aging, aging_max_preemptions),
         "members": _names(members),
     }
 
@@ -58,6 +66,18 @@ STRICT_FIFO = typer.Option(
     "--strict-fifo/--no-strict-fifo",
     help="Strict FIFO: no later job of the VC starts while an earlier one waits.",
 )
+AGING = typer.Option(
+    None,
+    "--aging",
+    help="Attained-service aging (Tiresias LAS): GPU-hour thresholds at which a job drops one "
+    "priority step within its class, e.g. 1,10. Default: off.",
+)
+AGING_MAX_PREEMPTIONS = typer.Option(
+    None,
+    "--aging-max-preemptions",
+    min=1,
+    help="With --aging: a job preempted this many times is no longer aged (default: no limit).",
+)
 DESCRIPTION = typer.Option("", "--description")
 
 
@@ -71,11 +91,21 @@ def create(
     user_gpu_cap: int | None = USER_CAP,
     preempt_within: bool = PREEMPT,
     strict_fifo: bool = STRICT_FIFO,
+    aging: str | None = AGING,
+    aging_max_preemptions: int | None = AGING_MAX_PREEMPTIONS,
     description: str = DESCRIPTION,
 ) -> None:
     """Create a virtual cluster (admins)."""
     settings = _settings(
-        guarantee, borrow_limit, members, user_gpu_cap, preempt_within, strict_fifo, description
+        guarantee,
+        borrow_limit,
+        members,
+        user_gpu_cap,
+        preempt_within,
+        strict_fifo,
+        aging,
+        aging_max_preemptions,
+        description,
     )
     client().save_vc(name, settings, create=True)
     console.print(f"virtual cluster {name} created")
@@ -103,7 +133,7 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
             "any idle" if vc["borrowLimit"] is None else describe_amounts(vc["borrowLimit"]),
             describe_amounts(used) if any(used.values()) else "-",
             "-" if vc["userGpuCap"] is None else str(vc["userGpuCap"]),
-            "fifo" if vc.get("strictFifo") else "priority",
+            _queue(vc),
             ",".join(m for m in vc["members"] if m != "*") or "everyone",
         )
     console.print(table)
@@ -112,6 +142,23 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
         style="dim",
         highlight=False,
     )
+    if any(vc.get("aging") for vc in rows):
+        console.print(
+            "las A,B ≤K: aging, a job drops a step at A, B GPU-hours, ≤K preemptions by it",
+            style="dim",
+            highlight=False,
+        )
+
+
+def _queue(vc: dict[str, Any]) -> str:
+    """``priority``, ``fifo``, or with aging ``las 1,10 ≤1`` (``fifo+las ...``)."""
+    aging = vc.get("aging")
+    if not aging:
+        return "fifo" if vc.get("strictFifo") else "priority"
+    hours = ",".join(f"{h:g}" for h in aging["thresholds_gpu_hours"])
+    most = aging.get("max_preemptions")
+    las = f"las {hours}" + (f" ≤{most}" if most else "")
+    return f"fifo+{las}" if vc.get("strictFifo") else las
 
 
 @vc_app.command()

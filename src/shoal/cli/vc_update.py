@@ -23,6 +23,7 @@ LABELS = {
     "user_gpu_cap": "user gpu cap",
     "preempt_within": "preempt within",
     "strict_fifo": "strict fifo",
+    "aging": "aging",
     "members": "members",
 }
 BORROW_FIELDS = ("borrow_cpu", "borrow_memory_mib", "borrow_gpu")
@@ -77,8 +78,46 @@ def format_mib(mib: float) -> str:
     return f"{mib:g}Mi"
 
 
+AGING_HINT = "write GPU-hour thresholds, e.g. 1,10 (or las:1,10)"
+
+
+def parse_aging(
+    text: str | None, max_preemptions: int | None = None, option: str = "--aging"
+) -> dict[str, Any] | None:
+    """``1,10`` or ``las:1,10`` → {"policy": "las", "thresholds_gpu_hours": [1.0, 10.0],
+    "max_preemptions": ...}; the server checks the values (increasing, positive, at most 9)
+    and names what is wrong."""
+    if text is None:
+        return None
+    policy, sep, rest = text.partition(":")
+    if not sep:
+        policy, rest = "las", text
+    try:
+        hours = [float(part) for part in rest.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: {AGING_HINT}", param_hint=option) from None
+    if not hours:
+        raise typer.BadParameter(f"{text!r}: {AGING_HINT}", param_hint=option)
+    return {
+        "policy": policy.strip(),
+        "thresholds_gpu_hours": hours,
+        "max_preemptions": max_preemptions,
+    }
+
+
+def describe_aging(aging: dict[str, Any] | None) -> str:
+    """``las at 1, 10 GPU-h, <= 2 preemptions`` (or ``off``)."""
+    if not aging:
+        return "off"
+    hours = ", ".join(f"{h:g}" for h in aging["thresholds_gpu_hours"])
+    most = aging.get("max_preemptions")
+    return f"{aging['policy']} at {hours} GPU-h" + (f", <= {most} preemptions" if most else "")
+
+
 def format_setting(name: str, value: Any) -> str:
     """A setting's value in words: null means "not limited", "any idle", "everyone" ..."""
+    if name == "aging":
+        return describe_aging(value)
     if value is None:
         if name.startswith("guarantee_"):
             return "not limited"
@@ -187,6 +226,18 @@ def update_command(
         "--strict-fifo/--no-strict-fifo",
         help="Strict FIFO: no later job of the VC starts while an earlier one waits.",
     ),
+    aging: str | None = typer.Option(
+        None,
+        "--aging",
+        help="Attained-service aging: GPU-hour thresholds at which jobs drop a step, e.g. 1,10.",
+    ),
+    aging_max_preemptions: int | None = typer.Option(
+        None,
+        "--aging-max-preemptions",
+        min=1,
+        help="With --aging: a job preempted this many times is no longer aged.",
+    ),
+    clear_aging: bool = typer.Option(False, "--clear-aging", help=CLEAR_HELP + "no aging."),
     description: str | None = typer.Option(None, "--description"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the change; write nothing."),
     output: OutputFormat = OUTPUT_OPTION,
@@ -194,6 +245,8 @@ def update_command(
     """Change a virtual cluster live (admins): only the settings given change."""
     if user_gpu_cap is not None and clear_user_cap:
         raise typer.BadParameter("give --user-gpu-cap or --clear-user-cap, not both")
+    if aging is not None and clear_aging:
+        raise typer.BadParameter("give --aging or --clear-aging, not both")
     sdk = client()
     typed = guarantee is not None and "gpu." in guarantee
     current = sdk.vc(name) if typed or add_member or remove_member else {}
@@ -204,6 +257,12 @@ def update_command(
     patch.update(_members_patch(members, clear_members, add_member, remove_member, current))
     if user_gpu_cap is not None or clear_user_cap:
         patch["user_gpu_cap"] = user_gpu_cap
+    if aging_max_preemptions is not None and aging is None:
+        raise typer.BadParameter(
+            "give the thresholds too, e.g. --aging 1,10", param_hint="--aging-max-preemptions"
+        )
+    if aging is not None or clear_aging:
+        patch["aging"] = parse_aging(aging, aging_max_preemptions)
     for key, value in (
         ("preempt_within", preempt_within),
         ("strict_fifo", strict_fifo),

@@ -28,9 +28,10 @@ from shoal.core.snapshot import (
     VirtualCluster,
 )
 from shoal.server.context import ServerContext
+from shoal.server.services.attained import AgingTracker
 from shoal.server.services.nodes import load_nodes
 from shoal.server.services.snapshot import _HOLDING, _TASK_COLUMNS, _WAITING, allocation, request_of
-from shoal.server.services.vcs import load_virtual_clusters
+from shoal.server.services.vcs import load_aging, load_virtual_clusters
 from shoal.store.models import Job, SchedChange, Task
 
 log = logging.getLogger("shoal.scheduler")
@@ -50,6 +51,10 @@ class SchedulerModel:
     allocations: dict[str, tuple[TaskAllocation, ...]] = field(default_factory=dict)
     seq: int = 0  # the last change read
     loaded: bool = False
+    # Per-VC attained-service aging (services/attained.py): queue entries and allocations of
+    # jobs in aging VCs carry their aged priority; each cycle reprices the jobs that crossed a
+    # threshold since (``reprice``).
+    aging: AgingTracker = field(default_factory=AgingTracker)
     _queue_tuple: tuple[JobRequest, ...] | None = None
     _alloc_tuple: tuple[TaskAllocation, ...] | None = None
 
@@ -62,26 +67,35 @@ class SchedulerModel:
         self.seq = session.execute(_LAST_SEQ).scalar() or 0
         self.nodes = tuple(load_nodes(session))
         self.vcs = load_virtual_clusters(session, list(self.nodes))
+        self.aging.configure(load_aging(session))
         self.queue, self.versions = {}, {}
         self._reload_jobs(ctx, session, None)
         self.loaded = True
         self._queue_tuple = self._alloc_tuple = None
 
     def refresh(self, ctx: ServerContext, session: Session) -> int:
-        """Reload what the change feed names; returns how many changes were read."""
+        """Reload what the change feed names (and the jobs whose aged priority changed);
+        returns how many changes were read."""
         if not self.loaded:
             self.load(ctx, session)
             return 0
         rows = session.execute(_CHANGES, {"after": self.seq}).all()
         if not rows:
+            crossed = self.aging.crossed(ctx.clock())
+            if crossed:
+                self._reload_jobs(ctx, session, set(crossed))
             return 0
         self.seq = rows[-1].seq
         jobs = {row.key for row in rows if row.kind == "job"}
+        jobs.update(self.aging.crossed(ctx.clock()))
         if any(row.kind in ("node", "vc") for row in rows):
             nodes = tuple(load_nodes(session))
             if nodes != self.nodes:
                 self.nodes = nodes
             self.vcs = load_virtual_clusters(session, list(self.nodes))
+            if self.aging.configure(load_aging(session)):
+                self._reload_jobs(ctx, session, None)  # every aging VC's jobs priced anew
+                return len(rows)
         if jobs:
             self._reload_jobs(ctx, session, jobs)
         return len(rows)
@@ -89,6 +103,7 @@ class SchedulerModel:
     def _reload_jobs(self, ctx: ServerContext, session: Session, ids: set[str] | None) -> None:
         """The queue entries and allocations of ``ids`` (None: of every job) from the store."""
         connection = session.connection()
+        now = ctx.clock()
         chunks: Iterable[Sequence[str] | None] = [None]
         if ids is not None:
             ordered = sorted(ids)
@@ -103,19 +118,26 @@ class SchedulerModel:
             waiting = _WAITING if chunk is None else _WAITING.where(Job.id.in_(chunk))
             rows = connection.execute(waiting).all()
             wanted = {row.id: row.version for row in rows}
-            if wanted:
-                jobs = session.scalars(select(Job).where(Job.id.in_(list(wanted))))
-                for job in jobs:
-                    if wanted.get(job.id) == job.version:
-                        self.queue[job.id] = request_of(ctx, job)
-                        self.versions[job.id] = job.version
             holding = _HOLDING if chunk is None else _HOLDING.where(Task.job_id.in_(chunk))
             cut = len(_TASK_COLUMNS)
             grouped: dict[str, list[TaskAllocation]] = {}
             for row in connection.execute(holding):
                 grouped.setdefault(row.job_id, []).append(allocation(row, row[cut:]))
+            if self.aging.aging:  # read the service of the jobs met here again
+                vcs = {row.id: row.virtual_cluster for row in rows}
+                vcs.update((job_id, held[0].virtual_cluster) for job_id, held in grouped.items())
+                if chunk is not None:
+                    vcs.update((job_id, "") for job_id in chunk if job_id not in vcs)
+                self.aging.reload(session, vcs, now)
+            if wanted:
+                jobs = session.scalars(select(Job).where(Job.id.in_(list(wanted))))
+                for job in jobs:
+                    if wanted.get(job.id) == job.version:
+                        request = request_of(ctx, job)
+                        self.queue[job.id] = self.aging.request(request, now)
+                        self.versions[job.id] = job.version
             for job_id, held in grouped.items():
-                self.allocations[job_id] = tuple(held)
+                self.allocations[job_id] = tuple(self.aging.allocation(a, now) for a in held)
         self._queue_tuple = self._alloc_tuple = None
 
     def forget_processed(self, session: Session) -> None:
@@ -151,7 +173,7 @@ class SchedulerModel:
                 log.warning("... and %d more differences (repaired)", len(found) - 20)
             self.nodes, self.vcs = truth.nodes, truth.vcs
             self.queue, self.versions = truth.queue, truth.versions
-            self.allocations = truth.allocations
+            self.allocations, self.aging = truth.allocations, truth.aging
             self._queue_tuple = self._alloc_tuple = None
         self.seq = max(self.seq, truth.seq)
         return found

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from shoal.core.aging import MAX_LEVELS, AgingError, check_thresholds
 
 FormatName = Literal["auto", "native", "pai", "pai-v1", "maro"]
 
@@ -331,6 +333,36 @@ class StopResult(BaseModel):
 # ---- virtual clusters ----
 
 
+class AgingSetting(BaseModel):
+    """Attained-service aging inside a VC (Tiresias' LAS): a job drops one priority step, within
+    its class, each time the GPU-hours it has had cross a threshold (docs/scheduling.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Literal["las"] = Field("las", description="las: least attained service first.")
+    thresholds_gpu_hours: list[float] = Field(
+        min_length=1,
+        max_length=MAX_LEVELS,
+        description="Increasing GPU-hours (GPUs x run time, all attempts) at which a job drops "
+        "one step, e.g. [1, 10].",
+    )
+    max_preemptions: int | None = Field(
+        None,
+        ge=1,
+        description="A job preempted (or requeued for its resources) this many times is no "
+        "longer aged, so aging preempts no job more often (null: no limit).",
+    )
+
+    @field_validator("thresholds_gpu_hours")
+    @classmethod
+    def _increasing(cls, value: list[float]) -> list[float]:
+        try:
+            check_thresholds(value, "thresholds_gpu_hours")
+        except AgingError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+
 class VirtualClusterIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -347,6 +379,9 @@ class VirtualClusterIn(BaseModel):
     user_gpu_cap: int | None = Field(None, ge=0, description="GPUs one user may hold in it.")
     preempt_within: bool = Field(True, description="Higher classes may preempt lower ones.")
     strict_fifo: bool = Field(False, description="No job of the VC passes one that waits.")
+    aging: AgingSetting | None = Field(
+        None, description="Jobs with less GPU time first (None: priority, then submission)."
+    )
     members: list[str] = Field(default_factory=list, description="Users and groups.")
 
 
@@ -367,6 +402,7 @@ class VirtualClusterPatch(BaseModel):
     user_gpu_cap: int | None = Field(None, ge=0)
     preempt_within: bool | None = None
     strict_fifo: bool | None = None
+    aging: AgingSetting | None = None
     members: list[str] | None = None
 
 
@@ -398,6 +434,7 @@ class VirtualClusterOut(BaseModel):
     userGpuCap: int | None
     preemptWithin: bool
     strictFifo: bool = False
+    aging: AgingSetting | None = Field(None, description="null: no attained-service aging.")
     members: list[str]
     clusterTotal: dict[str, float]
 

@@ -6,7 +6,8 @@ list) and virtual clusters with their guarantees. Example files: ``examples/sim/
       - {count: 352, gpus: 8, cpu: 64, memory: 512Gi}
     virtual_clusters:
       - {name: 6214e9, nodes: 64}        # a guarantee of 64 nodes' worth of GPUs
-      - {name: 0e4a51, gpus: 256, borrow_limit: 128}
+      - {name: 0e4a51, gpus: 256, borrow_limit: 128,
+         aging: {policy: las, thresholds_gpu_hours: [1, 10]}}
     unknown_virtual_cluster: 6214e9      # trace jobs of VCs not listed here go there
 """
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shoal.core.aging import Aging, AgingError, parse_setting
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import NodeState, VirtualCluster
 from shoal.sim.alibaba import read_alibaba_nodes
@@ -61,11 +63,17 @@ class VirtualClusterEntry(BaseModel):
     borrow_limit: int | None = Field(default=None, ge=0, description="GPUs; omitted: any")
     user_gpu_cap: int | None = Field(default=None, ge=1)
     preempt_within: bool = True
+    # attained-service aging, as the server's VC setting: {policy: las, thresholds_gpu_hours}
+    aging: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _one_size(self) -> VirtualClusterEntry:
         if (self.gpus is None) == (self.nodes is None):
             raise ValueError(f"virtual cluster {self.name}: give exactly one of gpus or nodes")
+        try:
+            parse_setting(self.aging)
+        except AgingError as error:
+            raise ValueError(f"virtual cluster {self.name}: {error}") from None
         return self
 
 
@@ -110,6 +118,7 @@ class VcQuota:
     borrow_limit: int | None
     user_gpu_cap: int | None
     preempt_within: bool
+    aging: Aging | None = None  # under the `shoal` policy: this VC's jobs age (core.aging)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +185,7 @@ def _quotas(spec: ClusterFile, nodes: tuple[NodeState, ...]) -> tuple[VcQuota, .
             vc.borrow_limit,
             vc.user_gpu_cap,
             vc.preempt_within,
+            parse_setting(vc.aging),
         )
         for vc in spec.virtual_clusters
     )

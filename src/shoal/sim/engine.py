@@ -1,12 +1,17 @@
 """The discrete-event simulator: a virtual clock, the trace's arrivals, and ``core.schedule``.
 
-Events are arrivals, completions, preempted jobs finishing their stop, and (for LAS) a running
+Events are arrivals, completions, preempted jobs finishing their stop, and (with aging) a running
 job crossing an attained-service threshold. After the events of one instant, if anything changed
 and jobs wait, a scheduling cycle runs: at that instant (``interval_s`` = 0) or at the next
 multiple of ``interval_s`` (a periodic scheduler). A cycle builds a ``ClusterSnapshot`` exactly
 like the server does and applies the returned ``Plan``: admissions start, preemption victims stop
 after ``stop_s`` and go back to the queue keeping their submission time, having lost the work done
 since their last checkpoint (``checkpoint_s``; 0 means they lose nothing).
+
+Per event the engine does work in what changed, not in the size of the queue or the cluster: the
+queue and the running allocations are kept as ordered dicts the snapshot copies in one step,
+fragmentation is counted from a histogram of free GPUs per node, and with aging only the jobs
+whose service crossed a threshold get a new priority (``sim/demotion.py``).
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ from shoal.core.plan import Plan
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation, allocation_for
 from shoal.sim.cluster import SimCluster
-from shoal.sim.invariants import check_allocations
+from shoal.sim.demotion import Demotions
+from shoal.sim.freegpus import FreeGpus
+from shoal.sim.invariants import check_allocations, check_priorities
 from shoal.sim.policies import Policy
 from shoal.sim.records import JobRecord, SimResult, Timeline
 from shoal.sim.workload import SimJob, Trace
 
 FINISH, STOPPED, DEMOTE = 0, 1, 2
 Progress = Callable[[int, int], None]
+AllocationKey = tuple[str, str, int]  # job, role, index
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,7 @@ class _Job:
     allocations: tuple[TaskAllocation, ...] = ()
     run_started: float = 0.0
     attained_gpu_s: float = 0.0
+    priced_at: float = 0.0  # the attained service its priority was computed from
     epoch: int = 0
     stopping: bool = False
 
@@ -70,17 +79,22 @@ class Simulator:
         self.policy = policy
         self.config = config
         self.vcs = policy.virtual_clusters(cluster)
+        self.aging = Demotions(policy.aging_by_vc(cluster), policy.base_priority)
         known = {vc.name for vc in self.vcs}
         self.remapped = 0
         self.jobs: list[_Job] = [self._state(job, known) for job in trace.jobs]
         self.trace = trace
         self.waiting: dict[str, _Job] = {}
+        # The queue as the snapshot takes it, in the order jobs joined it (kept beside
+        # ``waiting`` so a cycle copies it instead of rebuilding it).
+        self.queue: dict[str, JobRequest] = {}
         self.running: dict[str, _Job] = {}
         self.events: list[tuple[float, int, int, str, int]] = []
         self.seq = itertools.count()
-        self.free_gpus = {node.name: node.capacity.gpu for node in cluster.nodes}
-        self.busy_gpus = 0
-        self._allocations: tuple[TaskAllocation, ...] | None = None
+        self.free = FreeGpus(cluster.nodes)
+        # Every running task's allocation, in the order the jobs started.
+        self.allocations: dict[AllocationKey, TaskAllocation] = {}
+        self._held_cache: tuple[TaskAllocation, ...] | None = None
         self.fragmented = 0
         self.timeline = Timeline()
         self.clock = _Clock()
@@ -95,7 +109,7 @@ class Simulator:
                 vc = next(iter(known))
             self.remapped += vc != job.virtual_cluster
         record = JobRecord(job.job_id, vc, job.gpus, job.submit_s, job.duration_s)
-        return _Job(job, vc, job.duration_s, record, self.policy.priority(job, 0.0))
+        return _Job(job, vc, job.duration_s, record, self.aging.initial(job, vc))
 
     def run(self, progress: Progress | None = None) -> SimResult:
         started = time.perf_counter()
@@ -116,7 +130,7 @@ class Simulator:
             while self.events and self.events[0][0] == now:
                 changed |= self._event(heapq.heappop(self.events), now)
             while upcoming is not None and upcoming.job.submit_s == now:
-                self.waiting[upcoming.job.job_id] = upcoming
+                self._enqueue(upcoming)
                 changed = True
                 upcoming = next(arrivals, None)
             self._sample(now)
@@ -129,6 +143,18 @@ class Simulator:
         if progress is not None:
             progress(self.finished, len(self.jobs))
         return self._result(time.perf_counter() - started)
+
+    def _enqueue(self, state: _Job) -> None:
+        job_id = state.job.job_id
+        self.waiting[job_id] = state
+        self.queue[job_id] = self._request(state)
+        self.free.job_waits(state.job)
+
+    def _dequeue(self, job_id: str) -> _Job:
+        state = self.waiting.pop(job_id)
+        del self.queue[job_id]
+        self.free.job_leaves(state.job)
+        return state
 
     def _event(self, event: tuple[float, int, int, str, int], now: float) -> bool:
         _, kind, _, job_id, epoch = event
@@ -144,7 +170,9 @@ class Simulator:
         else:
             state.stopping = False
             state.request = None
-            self.waiting[job_id] = state
+            if self.aging.aging:  # back in the queue, at its level even if it ran protected
+                self.aging.reprice(state, state.attained_gpu_s, running=False)
+            self._enqueue(state)
         return True
 
     def _push(self, at: float, kind: int, state: _Job) -> None:
@@ -152,10 +180,14 @@ class Simulator:
 
     def _cycle(self, now: float) -> None:
         self.clock.next_cycle = None
-        if self.policy.dynamic_priority:
-            self._refresh_running_priorities(now)
-        queue = tuple(self._request(state) for state in self.waiting.values())
-        snapshot = ClusterSnapshot(self.cluster.nodes, queue, self._held(), self.vcs)
+        for state in self.aging.due(now, self.running):
+            self._priority_changed(state)
+        snapshot = ClusterSnapshot(
+            self.cluster.nodes, tuple(self.queue.values()), self._held(), self.vcs
+        )
+        if self.config.check_invariants:
+            jobs = (*self.waiting.values(), *self.running.values())
+            check_priorities(snapshot, self.aging.rescan(now, jobs, self.running), now)
         tick = time.perf_counter()
         plan = schedule(snapshot, now)
         self.clock.scheduling_s += time.perf_counter() - tick
@@ -176,13 +208,10 @@ class Simulator:
 
     def _apply(self, plan: Plan, now: float) -> None:
         for admission in plan.admissions:
-            state = self.waiting.pop(admission.job_id)
+            state = self._dequeue(admission.job_id)
             request = self._request(state)
-            state.allocations = tuple(allocation_for(request, p) for p in admission.placements)
-            self._allocations = None
             for placement in admission.placements:
-                self.free_gpus[placement.node] -= placement.resources.gpu
-                self.busy_gpus += placement.resources.gpu
+                self.free.take(placement.node, placement.resources.gpu)
             state.run_started = now
             if state.record.first_start_s is None:
                 state.record.first_start_s = now
@@ -190,10 +219,16 @@ class Simulator:
             self.running[admission.job_id] = state
             self._push(now + state.remaining_s, FINISH, state)
             self._push_demotion(state, now)
+            state.allocations = tuple(allocation_for(request, p) for p in admission.placements)
+            if self.aging.aging and self.aging.started(state, now):  # protected: its own now
+                state.allocations = tuple(
+                    replace(a, priority=state.priority) for a in state.allocations
+                )
+            self._hold(state.allocations)
         for preemption in plan.preemptions:
             self._preempt(self.running[preemption.victim_job_id], now)
         for never in plan.infeasible:
-            state = self.waiting.pop(never.job_id)
+            state = self._dequeue(never.job_id)
             state.record.never_reason = f"{never.reason.code}: {never.reason.message}"
 
     def _preempt(self, state: _Job, now: float) -> None:
@@ -207,8 +242,12 @@ class Simulator:
         state.run_started = now  # attained service stops growing: the job is stopping
         state.stopping = True
         state.epoch += 1  # its completion and demotion events no longer count
-        state.allocations = tuple(replace(a, terminating=True) for a in state.allocations)
-        self._allocations = None
+        if self.aging.aging:  # it stops at the level of the service it had
+            self.aging.reprice(state, state.attained_gpu_s, running=True)
+        state.allocations = tuple(
+            replace(a, terminating=True, priority=state.priority) for a in state.allocations
+        )
+        self._hold(state.allocations)
         self._push(now + self.config.stop_s, STOPPED, state)
 
     def _release(self, state: _Job, now: float) -> None:
@@ -216,77 +255,47 @@ class Simulator:
         if not state.stopping:
             state.attained_gpu_s += (now - state.run_started) * state.job.gpus
         for alloc in state.allocations:
-            self.free_gpus[alloc.node] += alloc.resources.gpu
-            self.busy_gpus -= alloc.resources.gpu
+            self.free.give(alloc.node, alloc.resources.gpu)
+            del self.allocations[(alloc.job_id, alloc.role, alloc.index)]
+        self._held_cache = None
         state.allocations = ()
-        self._allocations = None
         state.epoch += 1
 
+    def _hold(self, allocations: tuple[TaskAllocation, ...]) -> None:
+        """Add or replace (in place: the order stays the order jobs started) allocations."""
+        for alloc in allocations:
+            self.allocations[(alloc.job_id, alloc.role, alloc.index)] = alloc
+        self._held_cache = None
+
     def _push_demotion(self, state: _Job, now: float) -> None:
-        """LAS: an event when the running job's service crosses its next threshold (a cycle
+        """Aging: an event when the running job's service crosses its next threshold (a cycle
         then decides whether a job with less service should take its place)."""
-        if not self.policy.dynamic_priority or not state.job.gpus:
-            return
-        served = state.attained_gpu_s + (now - state.run_started) * state.job.gpus
-        for threshold in self.policy.las_thresholds:
-            if threshold > served + 1e-9:
-                at = now + (threshold - served) / state.job.gpus
-                if at < state.run_started + state.remaining_s:
-                    self._push(at, DEMOTE, state)
-                return
+        at = self.aging.demotion_at(state, now)
+        if at is not None and at < state.run_started + state.remaining_s:
+            self._push(at, DEMOTE, state)
 
     def _demote(self, state: _Job, now: float) -> bool:
         self._push_demotion(state, now)
         return bool(self.waiting)
 
-    def _refresh_running_priorities(self, now: float) -> None:
-        for state in self.running.values():
-            served = state.attained_gpu_s
-            if not state.stopping:
-                served += (now - state.run_started) * state.job.gpus
-            priority = self.policy.priority(state.job, served)
-            if priority != state.priority:
-                state.priority = priority
-                state.request = None
-                state.allocations = tuple(replace(a, priority=priority) for a in state.allocations)
-                self._allocations = None
-        for state in self.waiting.values():
-            priority = self.policy.priority(state.job, state.attained_gpu_s)
-            if priority != state.priority:
-                state.priority = priority
-                state.request = None
+    def _priority_changed(self, state: _Job) -> None:
+        """A running job's service crossed a threshold: it holds its tasks at its new level."""
+        state.request = None
+        state.allocations = tuple(replace(a, priority=state.priority) for a in state.allocations)
+        self._hold(state.allocations)
 
     def _held(self) -> tuple[TaskAllocation, ...]:
-        """Every running task's allocation, rebuilt only after tasks started or stopped."""
-        if self._allocations is None:
-            self._allocations = tuple(
-                itertools.chain.from_iterable(s.allocations for s in self.running.values())
-            )
-        return self._allocations
+        """Every running task's allocation, copied only after tasks started or stopped."""
+        if self._held_cache is None:
+            self._held_cache = tuple(self.allocations.values())
+        return self._held_cache
 
     def _sample(self, now: float, after_cycle: bool = False) -> None:
         if after_cycle:  # only a cycle can tell what waits for capacity; kept until the next
-            self.fragmented = self._fragmented()
+            self.fragmented = self.free.fragmented() if self.waiting else 0
         self.timeline.add(
-            now, self.busy_gpus, len(self.waiting), len(self.running), self.fragmented
+            now, self.free.busy, len(self.waiting), len(self.running), self.fragmented
         )
-
-    def _fragmented(self) -> int:
-        """Free GPUs on nodes too small for the smallest GPU task of any waiting job."""
-        if not self.waiting:
-            return 0
-        smallest = min(
-            (
-                r.per_instance.gpu
-                for s in self.waiting.values()
-                for r in s.job.roles
-                if r.per_instance.gpu
-            ),
-            default=0,
-        )
-        if not smallest:
-            return 0
-        return sum(free for free in self.free_gpus.values() if 0 < free < smallest)
 
     def _result(self, wall_s: float) -> SimResult:
         reasons = {

@@ -1,11 +1,12 @@
 """Checks the simulator can run after every cycle (tests turn them on): nothing is
-over-allocated, and no GPU index is handed to two tasks."""
+over-allocated, no GPU index is handed to two tasks, and every job the scheduler sees has the
+priority a rescan of every job's service would give it (the engine only reprices some)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from shoal.core.snapshot import NodeState, TaskAllocation
+from shoal.core.snapshot import ClusterSnapshot, NodeState, TaskAllocation
 
 
 class InvariantViolation(AssertionError):
@@ -43,4 +44,15 @@ def check_allocations(
             raise InvariantViolation(
                 f"t={now}: node {name} over-allocated: {cpu}m cpu, {memory} MiB, {gpu} GPU "
                 f"used of {cap.describe()}"
+            )
+
+
+def check_priorities(snapshot: ClusterSnapshot, expected: Mapping[str, int], now: float) -> None:
+    """Every queued job and running task carries the priority ``expected`` gives its job."""
+    held = ((a.job_id, a.priority) for a in snapshot.allocations)
+    for job_id, priority in (*((j.job_id, j.priority) for j in snapshot.queue), *held):
+        if priority != expected[job_id]:
+            raise InvariantViolation(
+                f"t={now}: job {job_id} has priority {priority}, its service gives "
+                f"{expected[job_id]}"
             )

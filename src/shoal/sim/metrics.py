@@ -94,6 +94,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "fragmentation": time_average(timeline, timeline.fragmented_gpus, start, end) / capacity,
         "idle_gpus_while_waiting": _idle_while_waiting(timeline, capacity, start, end) / capacity,
         "preemptions": sum(r.preemptions for r in records),
+        "max_job_preemptions": max((r.preemptions for r in records), default=0),
         "lost_gpu_hours": sum(r.lost_s * r.gpus for r in records) / 3600,
         "fairness_jain": _jain([v["avg_slowdown"] for v in vcs.values() if v["completed"]]),
         "per_vc": vcs,

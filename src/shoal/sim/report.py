@@ -28,9 +28,11 @@ HEADLINE = (
     ("fragmentation", "fragmented GPUs", "{:.2%}"),
     ("avg_queue_length", "avg queue length", "{:,.1f}"),
     ("preemptions", "preemptions", "{:,}"),
+    ("max_job_preemptions", "most preemptions of one job", "{:,}"),
     ("lost_gpu_hours", "GPU-hours lost to preemption", "{:,.1f}"),
     ("fairness_jain", "fairness (Jain, per-VC slowdown)", "{:.3f}"),
     ("wall_s", "replay wall time", "{:.1f} s"),
+    ("scheduling_s", "of it in core.schedule", "{:.1f} s"),
 )
 LOWER_IS_BETTER = ("avg_jct_s", "p95_jct_s", "avg_queue_delay_s", "p95_queue_delay_s")
 

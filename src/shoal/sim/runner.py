@@ -30,6 +30,7 @@ class SimRequest:
     limit: int | None = None
     config: SimConfig = field(default_factory=SimConfig)
     las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS
+    las_max_preemptions: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,10 @@ class SimOutcome:
 def run_simulations(request: SimRequest, progress: PolicyProgress | None = None) -> SimOutcome:
     """Raises ClusterError, TraceError or ValueError (unknown policy) before replaying."""
     cluster = load_cluster(request.cluster)
-    policies = [make_policy(name, request.las_thresholds) for name in request.policies]
+    policies = [
+        make_policy(name, request.las_thresholds, request.las_max_preemptions)
+        for name in request.policies
+    ]
     trace = load_trace(request.trace, cluster, request.trace_format, request.limit)
     results = []
     for policy in policies:

@@ -254,6 +254,8 @@ class VirtualClusterRow(Base):
     user_gpu_cap: Mapped[int | None] = mapped_column(Integer, nullable=True)
     preempt_within: Mapped[bool] = mapped_column(Boolean, default=True)
     strict_fifo: Mapped[bool] = mapped_column(Boolean, default=False)
+    # attained-service aging, {"policy": "las", "thresholds_gpu_hours": [...]}; None: off
+    aging: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     members: Mapped[list[Any]] = mapped_column(JSON, default=list)  # user and group names
     gpu_by_type: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # type -> GPUs
     created_at: Mapped[float] = mapped_column(Float)

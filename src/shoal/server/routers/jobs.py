@@ -147,8 +147,7 @@ def list_jobs(
         parents = [j.id for j in jobs if j.array_size is not None]
         counts = element_counts(session.connection(), parents)
         summaries = [
-            job_summary(j, ctx.positions.of(j), nodes.get(j.id, ()), counts.get(j.id))
-            for j in jobs
+            job_summary(j, ctx.positions.of(j), nodes.get(j.id, ()), counts.get(j.id)) for j in jobs
         ]
     for summary in summaries:
         summary.accounting = accounts[summary.id]

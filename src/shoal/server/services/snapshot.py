@@ -13,6 +13,7 @@ from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation
 from shoal.core.states import State
 from shoal.planning import job_request
 from shoal.server.context import ServerContext
+from shoal.server.services.attained import scheduling_priorities
 from shoal.server.services.nodes import HOLDING, load_nodes
 from shoal.server.services.vcs import load_virtual_clusters
 from shoal.spec.model import JobSpec
@@ -133,4 +134,7 @@ def load_snapshot(
     cut = len(_TASK_COLUMNS)
     allocations = tuple(allocation(row, row[cut:]) for row in connection.execute(_HOLDING))
     vcs = load_virtual_clusters(session, nodes)
+    prices = scheduling_priorities(session, ctx.clock())  # per-VC aging, if any VC has it
+    queue = tuple(map(prices.request, queue))
+    allocations = tuple(map(prices.allocation, allocations))
     return ClusterSnapshot(tuple(nodes), queue, allocations, vcs), versions

@@ -6,6 +6,9 @@ do not guarantee, so together the guarantees never exceed the cluster. Its other
 
 Changes are patches: only the settings named change (``patch``); ``PUT`` is a full replace,
 a patch that names every setting.
+
+``aging`` (``{policy: las, thresholds_gpu_hours: [1, 10]}``) switches on attained-service aging
+in a VC: ``load_aging`` gives the scheduler's snapshot each aging VC's ``core.aging.Aging``.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shoal.core.aging import Aging
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import NodeState, VirtualCluster
 from shoal.core.states import State
@@ -108,6 +113,25 @@ def load_virtual_clusters(
     )
 
 
+def load_aging(session: Session) -> dict[str, Aging]:
+    """The VCs that switched aging on, with their setting (empty: no VC ages its jobs)."""
+    rows = session.execute(
+        select(VirtualClusterRow.name, VirtualClusterRow.aging).where(
+            VirtualClusterRow.aging.is_not(None)
+        )
+    )
+    return {name: aging_of(setting) for name, setting in rows if setting}
+
+
+def aging_of(setting: dict[str, Any]) -> Aging:
+    """A stored setting (validated when it was written) as ``core.aging`` takes it."""
+    return Aging.from_hours(
+        tuple(float(h) for h in setting["thresholds_gpu_hours"]),
+        str(setting["policy"]),
+        setting.get("max_preemptions"),
+    )
+
+
 def _check_total(
     session: Session, name: str, wanted: ResourceVector, typed: dict[str, int]
 ) -> None:
@@ -182,6 +206,7 @@ def settings_of(row: VirtualClusterRow | None) -> dict[str, Any]:
         "user_gpu_cap": row.user_gpu_cap,
         "preempt_within": row.preempt_within,
         "strict_fifo": row.strict_fifo,
+        "aging": None if row.aging is None else dict(row.aging),
         "members": list(row.members),
     }
 
@@ -201,6 +226,7 @@ def _write(row: VirtualClusterRow, settings: dict[str, Any]) -> None:
     row.user_gpu_cap = settings["user_gpu_cap"]
     row.preempt_within = settings["preempt_within"]
     row.strict_fifo = settings["strict_fifo"]
+    row.aging = None if settings["aging"] is None else dict(settings["aging"])
     row.members = list(settings["members"])
 
 
@@ -216,6 +242,8 @@ def _patched(before: dict[str, Any], body: VirtualClusterPatch) -> dict[str, Any
                 f"{name} is true or false; null cannot clear it",
                 [{"path": name, "message": "give true or false"}],
             )
+        if isinstance(value, BaseModel):
+            value = value.model_dump()
         after[name] = DEFAULTS[name] if value is None else value
     for gpu_type, count in after["guarantee_gpu_by_type"].items():
         if count < 0:
@@ -362,6 +390,7 @@ def describe_all(ctx: ServerContext) -> list[VirtualClusterOut]:
             userGpuCap=vc.user_gpu_cap,
             preemptWithin=vc.preempt_within,
             strictFifo=vc.strict_fifo,
+            aging=rows[vc.name].aging if vc.name in rows else None,
             members=["*"] if vc.name == DEFAULT_VC else list(rows[vc.name].members),
             clusterTotal=_vector_out(total),
         )

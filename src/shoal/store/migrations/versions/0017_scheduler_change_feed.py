@@ -1,7 +1,7 @@
 """scheduler change feed: triggers note every change the scheduler's model must see
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-25 10:30:00.000000
 
 The scheduler keeps an in-memory model of nodes, running allocations, VCs and the queue
@@ -10,6 +10,10 @@ per changed job, node or VC, written by triggers in the same transaction as the 
 no writer (API, agent reports, admin tools, another process) can forget to say so. Only the
 columns the scheduler reads fire a trigger, and only when their value changes: heartbeats, usage
 and log counters do not. The model deletes rows it has read.
+
+A later migration that alters one of these tables in SQLite's batch mode (which copies the table)
+drops its triggers and must create them again (tests/server/test_scheduler_model.py checks that
+they all exist at the head).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
