@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from shoal.core.cache import SchedulerCache
 from shoal.core.plan import Plan
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation, allocation_for
@@ -91,6 +92,7 @@ class Simulator:
         self.running: dict[str, _Job] = {}
         self.events: list[tuple[float, int, int, str, int]] = []
         self.seq = itertools.count()
+        self.cache = SchedulerCache()  # saves work between cycles, never changes a decision
         self.free = FreeGpus(cluster.nodes)
         # Every running task's allocation, in the order the jobs started.
         self.allocations: dict[AllocationKey, TaskAllocation] = {}
@@ -189,7 +191,7 @@ class Simulator:
             jobs = (*self.waiting.values(), *self.running.values())
             check_priorities(snapshot, self.aging.rescan(now, jobs, self.running), now)
         tick = time.perf_counter()
-        plan = schedule(snapshot, now)
+        plan = schedule(snapshot, now, cache=self.cache)  # unbounded: every job, every cycle
         self.clock.scheduling_s += time.perf_counter() - tick
         self.clock.cycles += 1
         self.clock.last_plan = plan
