@@ -163,4 +163,4 @@ def test_completion_is_on(tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    assert "_SHOAL_COMPLETE" in shown.stdout
+    assert "_SHOAL_COMPLETE" in shown.stdout, (shown.returncode, shown.stderr)

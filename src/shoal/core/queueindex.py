@@ -92,6 +92,10 @@ class QueueIndex:
             vc.keys.append(queue_key(job))
             vc.jobs.append(job)
 
+    def all_jobs(self) -> list[JobRequest]:
+        """Every queued job (in no particular order)."""
+        return list(self._by_id.values())
+
     def heads(self, depth: int) -> Iterator[tuple[str, int, JobRequest]]:
         """The first ``depth`` jobs of every VC: (VC, position from 0, job)."""
         for vc, queue in self.by_vc.items():

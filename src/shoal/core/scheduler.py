@@ -102,10 +102,16 @@ def schedule(
     feasibility = _Feasibility(snapshot, cache)
     cycle = Cycle(snapshot, feasibility.never_fits, cache, budget)
     examined: set[str] = set()
+    track = bool(window.backfill)  # only a backfill slice needs to know what was examined
     for job in cycle.order(window.jobs):
-        if cycle.stop_early() and job.job_id not in window.mandatory:
+        if (
+            window.mandatory is not None
+            and cycle.stop_early()
+            and job.job_id not in window.mandatory
+        ):
             continue
-        examined.add(job.job_id)
+        if track:
+            examined.add(job.job_id)
         cycle.consider(job)
     return Plan(
         tuple(cycle.admissions),

@@ -23,7 +23,7 @@ Entry = tuple[str, int, JobRequest]  # (VC, position in its queue, job)
 class Window:
     jobs: list[JobRequest]
     backfill: list[JobRequest]  # the part after the heads, in queue order
-    mandatory: set[str]  # job ids examined even when the cycle stops early
+    mandatory: set[str] | None  # job ids examined even when the cycle stops early (None: all)
     next_key: QueueKey | None  # the first job past the window (None: the window reached the end)
 
 
@@ -31,6 +31,11 @@ def select_window(
     index: QueueIndex, budget: Budget, resume_from: QueueKey | None, strict_vcs: set[str]
 ) -> Window:
     depth = budget.head_depth
+    whole = budget.backfill_jobs >= len(index) and budget.placements >= len(index)
+    if whole and budget.deadline is None and (budget.strict_followers or not strict_vcs):
+        # The whole queue fits in the window and nothing can stop the cycle early: no merge, no
+        # mandatory set, no resume point (the cycle sorts the window itself).
+        return Window(index.all_jobs(), [], None, None)
     heads = [job for _, _, job in index.heads(depth)]
     backfill: list[JobRequest] = []
     next_key: QueueKey | None = None
