@@ -413,9 +413,12 @@ class Cycle:
             self.strict_heads.setdefault(job.virtual_cluster, job.job_id)
         self._waiting.append((job, reason))
 
-    def pending_jobs(self) -> list[PendingJob]:
+    def pending_jobs(self, whole_queue: bool = False) -> list[PendingJob]:
         """The waiting jobs examined, each with its place in its queue once this cycle's
-        admissions have left it (jobs found infeasible do not count either)."""
+        admissions have left it (jobs found infeasible do not count either). With
+        ``whole_queue`` every queued job was examined: one pass over the queue counts them."""
+        if whole_queue:
+            return self._counted_positions()
         found = []
         for job, reason in self._waiting:
             position = self.cache.queues.position(job) or 0
@@ -424,3 +427,14 @@ class Cycle:
                 PendingJob(job.job_id, reason, position - bisect.bisect_left(gone, _queue_key(job)))
             )
         return found
+
+    def _counted_positions(self) -> list[PendingJob]:
+        reasons = {job.job_id: reason for job, reason in self._waiting}
+        positions: dict[str, int] = {}
+        for queue in self.cache.queues.by_vc.values():
+            count = 0
+            for job in queue.jobs:
+                if job.job_id in reasons:
+                    count += 1
+                    positions[job.job_id] = count
+        return [PendingJob(job.job_id, r, positions[job.job_id]) for job, r in self._waiting]

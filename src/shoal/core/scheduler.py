@@ -115,7 +115,7 @@ def schedule(
         cycle.consider(job)
     return Plan(
         tuple(cycle.admissions),
-        tuple(cycle.pending_jobs()),
+        tuple(cycle.pending_jobs(whole_queue=window.mandatory is None)),
         tuple(cycle.infeasible),
         tuple(cycle.preemptions),
         _resume_point(window, examined),
