@@ -191,7 +191,7 @@ def docs_region(results: list[dict[str, Any]], described: str) -> str:
         parts.append(f"## Scenario `{result['scenario']}`\n")
         parts.append(markdown(result["summaries"]).replace("### ", "Trace: ", 1))
         if result["targets"]:
-            parts += ["Against the targets of issue #5:", "", *result["targets"], ""]
+            parts += ["Against the targets of issue #11:", "", *result["targets"], ""]
         parts.append(
             f"Plots: [JCT CDF](img/sim/{result['scenario']}/jct_cdf.png), "
             f"[queue length](img/sim/{result['scenario']}/queue_length.png), "
