@@ -156,10 +156,13 @@ def test_completion_is_on(tmp_path: Path) -> None:
         check=False,
     )
     assert done.stdout.split() == ["config"], done.stderr
+    # typer finds the shell by looking at the parent processes, falling back to $SHELL: under a
+    # pytest-xdist worker there is no shell parent, so name it.
     shown = subprocess.run(
         [sys.executable, "-m", "shoal", "--show-completion", "bash"],
         capture_output=True,
         text=True,
+        env={**os.environ, "SHELL": "/bin/bash"},
         timeout=60,
         check=False,
     )

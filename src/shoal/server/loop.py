@@ -132,7 +132,8 @@ class SchedulerLoop:
                 more = self.ctx.scheduler_state.stopped_early
             except Exception:  # keep scheduling; the next cycle starts from the store again
                 log.exception("scheduling cycle failed")
-                self.ctx.scheduler_state.model.loaded = False
+                if self.ctx.scheduler_state is not None:
+                    self.ctx.scheduler_state.model.loaded = False  # reload it whole
             ended = time.monotonic()
             last_check = started if check else last_check
             if not more:  # a cycle that ran out of budget is followed by the next at once
