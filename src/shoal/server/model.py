@@ -110,7 +110,9 @@ class SchedulerModel:
             chunks = [ordered[i : i + CHUNK] for i in range(0, len(ordered), CHUNK)]
             for job_id in ids:
                 self.queue.pop(job_id, None)
-                self.versions.pop(job_id, None)
+                seen = self.versions.pop(job_id, None)
+                if seen is not None:  # parsed again if it is still queued
+                    ctx.requests.pop((job_id, seen), None)
                 self.allocations.pop(job_id, None)
         else:
             self.allocations = {}
@@ -138,6 +140,9 @@ class SchedulerModel:
                         self.versions[job.id] = job.version
             for job_id, held in grouped.items():
                 self.allocations[job_id] = tuple(self.aging.allocation(a, now) for a in held)
+        if ids is None:  # parsed requests of jobs no longer queued are not kept
+            for key in [k for k in ctx.requests if self.versions.get(k[0]) != k[1]]:
+                del ctx.requests[key]
         self._queue_tuple = self._alloc_tuple = None
 
     def forget_processed(self, session: Session) -> None:
