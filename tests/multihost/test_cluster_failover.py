@@ -54,7 +54,9 @@ class Interval:
 def intervals(stamps: Path) -> list[Interval]:
     found = []
     for path in sorted(stamps.glob("*/*")):
-        lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
+        # A stop signal that reaches `date` inside "$(date ...)" leaves a stamp without a time
+        # ("alive"): bash goes on to echo it before its trap runs. Such a line says nothing.
+        lines = [line.split() for line in path.read_text().splitlines() if len(line.split()) == 2]
         times = [float(t) for _, t in lines]
         found.append(
             Interval(
