@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import NodeState, TaskAllocation
-from shoal.core.usage import Usage, node_gpu_types, usage_of
+from shoal.core.quota import memo_running_jobs, running_jobs
+from shoal.core.usage import Usage, UsageMemo, node_gpu_types, usage_of
 
 NODES = tuple(
     NodeState(
@@ -77,8 +78,16 @@ def test_incremental_sums_equal_a_recount(
     steps: list[tuple[list[TaskAllocation], int, bool]],
 ) -> None:
     current: list[TaskAllocation] = []
+    memo = UsageMemo()  # kept across the steps, as a SchedulerCache keeps it across cycles
     for new_tasks, drop, other_nodes in steps:
         current = current[drop:] + new_tasks  # some tasks stop, some start (same objects kept)
         nodes = OTHER_NODES if other_nodes else NODES
         snapshot = tuple(current)
+        assert normal(usage_of(nodes, snapshot, memo)) == normal(recount(nodes, snapshot))
         assert normal(usage_of(nodes, snapshot)) == normal(recount(nodes, snapshot))
+        # the running jobs regrouped from the memo equal a grouping from scratch
+        kept = memo_running_jobs(memo, node_gpu_types(nodes, memo))
+        fresh = running_jobs(snapshot, node_gpu_types(nodes))
+        assert sorted((j.job_id, j.usage) for j in kept) == sorted(
+            (j.job_id, j.usage) for j in fresh
+        )

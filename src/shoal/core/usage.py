@@ -89,6 +89,7 @@ def node_gpu_types(nodes: tuple[NodeState, ...], memo: UsageMemo | None = None) 
         memo.nodes = nodes
         memo.types = {n.name: n.gpu_type for n in nodes if n.gpu_type is not None}
         memo.by_id, memo.usage = {}, Usage()  # typed sums depend on the nodes: recount
+        memo.by_job = None  # and the running jobs are regrouped, not added to twice
     return memo.types
 
 
