@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shoal.core.quota import memo_running_jobs, running_jobs
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import NodeState, TaskAllocation
-from shoal.core.quota import memo_running_jobs, running_jobs
 from shoal.core.usage import Usage, UsageMemo, node_gpu_types, usage_of
 
 NODES = tuple(
