@@ -36,7 +36,6 @@ from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation, all
 NeverFits = Callable[[JobRequest], PendingReason | None]
 
 
-_queue_key = queue_key
 DEADLINE_EVERY = 16  # jobs examined between two looks at the deadline
 
 
@@ -112,7 +111,7 @@ class Cycle:
         before borrowing ones and `oppo` jobs last, so capacity given back by preemption goes to
         the job it was reclaimed for, not back to the borrower that was submitted earlier."""
         if self.quota is None:
-            return sorted(queue, key=_queue_key)
+            return sorted(queue, key=queue_key)
         rank = {
             Mode.GUARANTEED: 0,
             Mode.RECLAIM_WITHIN: 0,
@@ -123,7 +122,7 @@ class Cycle:
         def key(job: JobRequest) -> tuple[int, int, float, str]:
             assert self.quota is not None
             verdict = self.quota.classify(job)
-            return (rank.get(verdict, 0) if isinstance(verdict, Mode) else 0, *_queue_key(job))
+            return (rank.get(verdict, 0) if isinstance(verdict, Mode) else 0, *queue_key(job))
 
         return sorted(queue, key=key)
 
@@ -197,7 +196,7 @@ class Cycle:
         return reason
 
     def _gone_ahead(self, job: JobRequest) -> None:
-        bisect.insort(self._gone.setdefault(self._queue_of(job), []), _queue_key(job))
+        bisect.insort(self._gone.setdefault(self._queue_of(job), []), queue_key(job))
 
     def _queue_of(self, job: JobRequest) -> str:
         return job.virtual_cluster if self.quota is not None else ""
@@ -424,7 +423,7 @@ class Cycle:
             position = self.cache.queues.position(job) or 0
             gone = self._gone.get(self._queue_of(job), ())
             found.append(
-                PendingJob(job.job_id, reason, position - bisect.bisect_left(gone, _queue_key(job)))
+                PendingJob(job.job_id, reason, position - bisect.bisect_left(gone, queue_key(job)))
             )
         return found
 

@@ -80,14 +80,11 @@ class SchedulerModel:
             self.load(ctx, session)
             return 0
         rows = session.execute(_CHANGES, {"after": self.seq}).all()
-        if not rows:
-            crossed = self.aging.crossed(ctx.clock())
-            if crossed:
-                self._reload_jobs(ctx, session, set(crossed))
+        crossed = self.aging.crossed(ctx.clock())  # aged priorities that changed with time
+        if not rows and not crossed:
             return 0
-        self.seq = rows[-1].seq
-        jobs = {row.key for row in rows if row.kind == "job"}
-        jobs.update(self.aging.crossed(ctx.clock()))
+        self.seq = rows[-1].seq if rows else self.seq
+        jobs = {row.key for row in rows if row.kind == "job"} | set(crossed)
         if any(row.kind in ("node", "vc") for row in rows):
             nodes = tuple(load_nodes(session))
             if nodes != self.nodes:
