@@ -46,6 +46,7 @@ class SchedulerState:
     stopped_early: bool = False  # the last cycle ran out of budget: run the next one at once
     verified_at: float = 0.0
     forgot_at: float = 0.0
+    forgot_seq: int = 0  # change rows up to this one are deleted already
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -96,8 +97,8 @@ def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> Non
         state.verified_at = now
         with ctx.db.read() as session:
             state.model.verify(ctx, session)
-    if now - state.forgot_at >= FORGET_CHANGES_S:
-        state.forgot_at = now
+    if now - state.forgot_at >= FORGET_CHANGES_S and state.model.seq > state.forgot_seq:
+        state.forgot_at, state.forgot_seq = now, state.model.seq  # no write when nothing new
         with ctx.db.write() as session:
             state.model.forget_processed(session)
 
