@@ -13,10 +13,11 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shoal.server.admin_schemas import VirtualClusterOut
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.schemas import SubmitRequest, VirtualClusterOut
+from shoal.server.schemas import SubmitRequest
 from shoal.server.services import jobs as job_service
 from shoal.server.services import submission, vcs
 from shoal.server.services.views import current_tasks

@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
+from shoal.server.admin_schemas import UsageReport
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.schemas import UsageReport
 from shoal.server.services import accounting
 from shoal.spec.units import parse_duration
 

@@ -9,9 +9,7 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Query, Request
 
-from shoal.server.context import ApiError
-from shoal.server.deps import Caller, Context
-from shoal.server.schemas import (
+from shoal.server.admin_schemas import (
     ChangeResult,
     Me,
     NewToken,
@@ -23,6 +21,8 @@ from shoal.server.schemas import (
     UserOut,
     UserPatch,
 )
+from shoal.server.context import ApiError
+from shoal.server.deps import Caller, Context
 from shoal.server.services import users
 
 router = APIRouter(tags=["users"])

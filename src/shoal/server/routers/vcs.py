@@ -6,15 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from shoal.server.auth import Principal
-from shoal.server.context import ApiError
-from shoal.server.deps import Caller, Context
-from shoal.server.schemas import (
+from shoal.server.admin_schemas import (
     ChangeResult,
     VirtualClusterIn,
     VirtualClusterOut,
     VirtualClusterPatch,
 )
+from shoal.server.auth import Principal
+from shoal.server.context import ApiError
+from shoal.server.deps import Caller, Context
 from shoal.server.services import vcs
 from shoal.server.services.users import require_admin
 

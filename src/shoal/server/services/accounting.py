@@ -19,7 +19,8 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from shoal.server.schemas import Accounting, UsageRow
+from shoal.server.admin_schemas import UsageRow
+from shoal.server.schemas import Accounting
 from shoal.store.models import Job, Task
 
 ACTIVE = ("WAITING", "RUNNING", "STOPPING")

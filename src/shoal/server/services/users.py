@@ -12,9 +12,16 @@ import secrets
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from shoal.server.admin_schemas import (
+    ChangeResult,
+    FieldChange,
+    TokenOut,
+    UserIn,
+    UserOut,
+    UserPatch,
+)
 from shoal.server.auth import ADMIN_USER, Principal, hash_token, new_token
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.schemas import ChangeResult, FieldChange, TokenOut, UserIn, UserOut, UserPatch
 from shoal.server.services import jobs as job_service
 from shoal.store.models import Job, Token, User
 

@@ -24,14 +24,14 @@ from shoal.core.aging import Aging
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import NodeState, VirtualCluster
 from shoal.core.states import State
-from shoal.server.context import ApiError, ServerContext
-from shoal.server.schemas import (
+from shoal.server.admin_schemas import (
     ChangeResult,
     FieldChange,
     VirtualClusterIn,
     VirtualClusterOut,
     VirtualClusterPatch,
 )
+from shoal.server.context import ApiError, ServerContext
 from shoal.server.services.nodes import HOLDING, load_nodes
 from shoal.store.models import Job, Task, VirtualClusterRow
 
