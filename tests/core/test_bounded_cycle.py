@@ -18,12 +18,11 @@ from hypothesis import strategies as st
 from shoal.core.budget import UNBOUNDED, Budget
 from shoal.core.cache import SchedulerCache
 from shoal.core.plan import Plan
-from shoal.core.quota import QuotaLedger, running_jobs
 from shoal.core.resources import ResourceVector
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot, allocation_for
 from tests.core.strategies import snapshots
-from tests.core.test_quota_properties import quota_snapshots
+from tests.core.test_quota_properties import assert_within_guarantee_and_borrowing, quota_snapshots
 from tests.core.test_scheduler_table import job, node, role
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -130,17 +129,8 @@ def test_a_cache_kept_across_changing_cycles_changes_no_decision(
 @PROPERTY
 @given(quota_snapshots())
 def test_tiny_budgets_never_admit_what_a_guarantee_forbids(snapshot: ClusterSnapshot) -> None:
-    cache = SchedulerCache()
-    plan = schedule(snapshot, 0.0, cache=cache, budget=TINY)
-    ledger = QuotaLedger(snapshot.virtual_clusters, running_jobs(snapshot.allocations))
-    before = dict(ledger.usage)
-    queued = {j.job_id: j for j in snapshot.queue}
-    for admission in plan.admissions:
-        ledger.admit(queued[admission.job_id])
-    for vc in snapshot.virtual_clusters:
-        if vc.borrow_limit is None or ledger.usage[vc.name] == before[vc.name]:
-            continue
-        assert ledger.usage[vc.name].fits_in(vc.guarantee + vc.borrow_limit), vc
+    plan = schedule(snapshot, 0.0, cache=SchedulerCache(), budget=TINY)
+    assert_within_guarantee_and_borrowing(snapshot, plan)
 
 
 @PROPERTY

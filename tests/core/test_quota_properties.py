@@ -7,6 +7,7 @@ import dataclasses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shoal.core.plan import Plan
 from shoal.core.quota import QuotaLedger, running_jobs
 from shoal.core.resources import ResourceVector
 from shoal.core.scheduler import schedule
@@ -95,7 +96,11 @@ def test_jobs_inside_their_guarantee_are_never_preempted_by_another_vc(
 def test_admissions_keep_every_vc_within_guarantee_plus_borrowing_limit(
     snapshot: ClusterSnapshot,
 ) -> None:
-    plan = schedule(snapshot, 0.0)
+    assert_within_guarantee_and_borrowing(snapshot, schedule(snapshot, 0.0))
+
+
+def assert_within_guarantee_and_borrowing(snapshot: ClusterSnapshot, plan: Plan) -> None:
+    """Every VC that the plan's admissions grow stays within guarantee plus borrowing limit."""
     ledger = QuotaLedger(snapshot.virtual_clusters, running_jobs(snapshot.allocations))
     before = dict(ledger.usage)
     queued = {j.job_id: j for j in snapshot.queue}
