@@ -9,9 +9,10 @@ between ``<!-- api:begin -->`` and ``<!-- api:end -->``.
 
 Every server is a real ``shoal server`` process on loopback (SQLite, ``synchronous=FULL``) in a
 temporary home; state is written straight into its store before it starts (``api_store.py``).
-"The API alone" is the same app without its scheduler thread (``create_app(run_scheduler=False)``,
-started by this script with ``--serve-api-only``): what the API's interpreter pays once the
-scheduler runs elsewhere (issue #11, item 3).
+Three shapes: the scheduler in a process of its own (``--scheduler process``, the default), in a
+thread of the API's process (``--scheduler thread``, as before issue #11 item 3), and the API
+alone (``create_app(run_scheduler=False)``, started by this script with ``--serve-api-only``).
+"Server CPU" and "server RSS" are the API's process; the scheduler process is counted apart.
 
 - **submit**: ``--clients`` clients (4 processes of threads, one keep-alive connection each, the
   standard library's ``http.client``) send ``--submissions`` trivial one-task jobs, one per
@@ -19,17 +20,17 @@ scheduler runs elsewhere (issue #11, item 3).
   looked up in the store. Two kinds of load: one job file submitted again and again with a new
   ``name`` each time (an ``sbatch`` loop) and a different job file each time. One fake node of 20
   cores (registered through the agent API, no agent process): the first 20 jobs are placed, the
-  rest queue, so a scheduler with a growing queue shares the interpreter.
+  rest queue, so the scheduler works on a growing queue.
 - **reads**: ``--nodes`` nodes of 8 GPUs and ``--queue`` queued jobs of ``bench/scheduler.py``'s
   mix (``bench/workload.py``: 1-8 GPUs, whole nodes, gangs, CPU-only, four priority classes), so
   every cycle works through a deep queue of many shapes; once the first cycle is done, 4
   readers alternate ``job list`` (``GET /api/v1/jobs?state=WAITING&state=RUNNING&state=STOPPING``,
   the first 100) and ``job status`` (``GET /api/v1/jobs/{id}``, random ids), each one request
-  every 100 ms, for ``--read-seconds``; then the same reads on the same store with the API
-  alone.
+  every 100 ms, for ``--read-seconds``; then the same reads on the same store with the
+  scheduler in a thread, and with the API alone.
 - **history**: ``--history`` finished jobs (tasks with usage, 5 events each) and a server with its
-  scheduler; its resident memory idle, then after listing, job details, events, the usage report,
-  and 1,000 submissions (RSS now and its peak, VmHWM).
+  scheduler process; the resident memory of both processes idle, then after listing, job
+  details, events, the usage report, and 1,000 submissions (RSS now and its peak, VmHWM).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import uvicorn
 from sqlalchemy import select
 
@@ -77,15 +79,16 @@ READ_INTERVAL_S = 0.1  # each reader sends a request every 100 ms
 
 
 class Server:
-    """A ``shoal server`` process (or the API alone) on a free loopback port, in ``home``."""
+    """A ``shoal server`` process (``scheduler``: "process" or "thread"; None: the API alone) on
+    a free loopback port, in ``home``."""
 
-    def __init__(self, home: Path, scheduler: bool = True) -> None:
+    def __init__(self, home: Path, scheduler: str | None = "process") -> None:
         self.home = home
         self.port = free_port()
         prepare(ServerSettings(home=home, port=self.port, node_timeout_s=3600)).db.dispose()
-        if scheduler:
+        if scheduler is not None:
             args = ["-m", "shoal", "server", "--home", str(home), "--port", str(self.port)]
-            args += ["--node-timeout", "3600"]
+            args += ["--node-timeout", "3600", "--scheduler", scheduler]
         else:
             args = [str(Path(__file__).resolve()), "--serve-api-only", str(home), str(self.port)]
         log = open(home / "server.log", "ab")  # noqa: SIM115  kept open by the child
@@ -126,16 +129,24 @@ class Server:
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
-    def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    def scheduler_pid(self) -> int | None:
+        """The scheduler process (a child of the server), if it runs in one."""
+        for child in psutil.Process(self.proc.pid).children():
+            if "shoal.server.scheduler_main" in child.cmdline():
+                return int(child.pid)
+        return None
 
-    def memory_mib(self) -> tuple[float, float]:
-        """Resident memory now and its peak (VmRSS, VmHWM), MiB."""
-        status = dict(
-            line.split(":", 1)
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
-        )
+    def scheduler_cpu_s(self) -> float:
+        pid = self.scheduler_pid()
+        return 0.0 if pid is None else _cpu_s(pid)
+
+    def cpu_s(self) -> float:
+        return _cpu_s(self.proc.pid)
+
+    def memory_mib(self, pid: int | None = None) -> tuple[float, float]:
+        """Resident memory now and its peak (VmRSS, VmHWM), MiB, of the server (or ``pid``)."""
+        path = Path(f"/proc/{pid or self.proc.pid}/status")
+        status = dict(line.split(":", 1) for line in path.read_text().splitlines())
         return tuple(int(status[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
 
     def stop(self) -> None:
@@ -147,6 +158,11 @@ class Server:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait(timeout=30)
         assert not alive(self.proc.pid)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def serve_api_only(home: Path, port: int) -> None:
@@ -267,7 +283,7 @@ def durable(home: Path, ids: list[str]) -> int:
 
 def measure_submit(args: argparse.Namespace, scratch: Path) -> list[dict[str, Any]]:
     runs = []
-    for scheduler in (True, False):
+    for scheduler in ("process", None):
         for same_file in (True, False):
             home = Path(tempfile.mkdtemp(prefix="api-submit-", dir=scratch))
             server = Server(home, scheduler=scheduler)
@@ -281,7 +297,7 @@ def measure_submit(args: argparse.Namespace, scratch: Path) -> list[dict[str, An
             run["scheduler"] = scheduler
             run["same_file"] = same_file
             api_report.log(
-                f"submit: scheduler {'on' if scheduler else 'off'}, "
+                f"submit: scheduler {scheduler or 'off'}, "
                 f"{'one file' if same_file else 'a file each'}: {run['per_second']}/s, "
                 f"server {run['server_cpu_ms']} ms CPU each, {run['stored']} stored"
             )
@@ -323,7 +339,7 @@ def _pending_unmarked(server: Server) -> bool:
 
 def read_load(server: Server, ids: list[str], seconds: float, readers: int = 4) -> dict[str, Any]:
     out: list[Any] = []
-    cpu_before = server.cpu_s()
+    cpu_before, scheduler_before = server.cpu_s(), server.scheduler_cpu_s()
     until = time.monotonic() + seconds
     threads = [
         threading.Thread(target=_reader, args=(server, ids, until, k, out)) for k in range(readers)
@@ -343,6 +359,7 @@ def read_load(server: Server, ids: list[str], seconds: float, readers: int = 4) 
             "max_ms": round(max(values) * 1000, 1),
         }
     result["server_busy"] = round((server.cpu_s() - cpu_before) / seconds, 2)
+    result["scheduler_busy"] = round((server.scheduler_cpu_s() - scheduler_before) / seconds, 2)
     return result
 
 
@@ -354,21 +371,24 @@ def measure_reads(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     api_store.add_queue(home, args.queue, now)
     ids = [str(i) for i in range(1, args.queue + 1)]
     results: dict[str, Any] = {"nodes": args.nodes, "queue": args.queue}
-    server = Server(home, scheduler=True)
-    try:
-        started = time.monotonic()
-        running = 0
-        while running == 0 or _pending_unmarked(server):  # until the first cycle is applied
-            time.sleep(1)
-            running = server.get("/api/v1/cluster")[1]["jobs"]["RUNNING"]
-        results["first_cycle_s"] = round(time.monotonic() - started, 1)
-        results["placed"] = running
-        took = results["first_cycle_s"]
-        api_report.log(f"reads: the first cycle placed {running} jobs in {took} s")
-        results["busy"] = read_load(server, ids, args.read_seconds)
-    finally:
-        server.stop()
-    server = Server(home, scheduler=False)
+    for key, scheduler in (("busy", "process"), ("thread", "thread")):
+        server = Server(home, scheduler=scheduler)
+        try:
+            started = time.monotonic()
+            running = 0
+            while running == 0 or _pending_unmarked(server):  # until the first cycle is applied
+                time.sleep(1)
+                running = server.get("/api/v1/cluster")[1]["jobs"]["RUNNING"]
+            if key == "busy":  # the first server places them; the second finds them placed
+                results["first_cycle_s"] = round(time.monotonic() - started, 1)
+                results["placed"] = running
+                took = results["first_cycle_s"]
+                api_report.log(f"reads: the first cycle placed {running} jobs in {took} s")
+            results[key] = read_load(server, ids, args.read_seconds)
+            api_report.log(f"reads, scheduler {scheduler}: {results[key]}")
+        finally:
+            server.stop()
+    server = Server(home, scheduler=None)
     try:
         results["alone"] = read_load(server, ids, args.read_seconds)
     finally:
@@ -392,14 +412,20 @@ def measure_history(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "insert_s": round(time.monotonic() - started, 1),
         "db_mib": round((home / "shoal.db").stat().st_size / 2**20, 1),
     }
-    server = Server(home, scheduler=True)
+    server = Server(home, scheduler="process")
     try:
         time.sleep(2)
+        scheduler = server.scheduler_pid()
+        assert scheduler is not None, "the server has no scheduler process"
         result["idle_rss_mib"] = round(server.memory_mib()[0], 1)
+        result["scheduler_idle_rss_mib"] = round(server.memory_mib(scheduler)[0], 1)
         result["calls"] = history_calls(server, args.history)
         hammer(server, bodies_for(1000, True, "late"), args.clients)
         rss, peak = server.memory_mib()
         result["rss_mib"], result["peak_rss_mib"] = round(rss, 1), round(peak, 1)
+        rss, peak = server.memory_mib(scheduler)
+        result["scheduler_rss_mib"] = round(rss, 1)
+        result["scheduler_peak_rss_mib"] = round(peak, 1)
     finally:
         server.stop()
     return result

@@ -16,6 +16,7 @@ from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
 from shoal.server.loop import SchedulerState, run_cycle
 from shoal.server.model import SchedulerModel
+from shoal.server.positions import position_of
 from shoal.server.settings import ServerSettings
 from shoal.store.models import Job, SchedChange
 from tests.server.test_fencing import report, submit
@@ -72,7 +73,7 @@ def test_the_model_follows_submissions_admissions_stops_and_node_changes(
     assert_model_is_the_store(ctx)
     assert set(state(ctx).model.queue) == {waiting}
     assert set(state(ctx).model.allocations) == {first}
-    assert ctx.positions.of(_job(ctx, waiting)) == 1
+    assert position_of(ctx.positions, _job(ctx, waiting)) == 1
 
     register(api, ctx, "n1", "n2")  # a second node joins
     assert run_cycle(ctx) == 1  # the waiting job goes there

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import typer
 
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail
+from shoal.cli.common import (
+    OUTPUT_OPTION,
+    SCHEDULER_OPTION,
+    OutputFormat,
+    SchedulerPlace,
+    api_errors,
+    client,
+    emit,
+    fail,
+)
 from shoal.cli.render import console, err_console, new_table
 from shoal.client import ShoalError
 from shoal.paths import DEFAULT_PORT, default_home
@@ -258,6 +267,7 @@ def server(
     port: int = typer.Option(DEFAULT_PORT, "--port"),
     kill_grace: float = typer.Option(10.0, "--kill-grace", min=0),
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5),
+    scheduler: SchedulerPlace = SCHEDULER_OPTION,
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
@@ -269,6 +279,7 @@ def server(
         port=port,
         kill_grace_s=kill_grace,
         node_timeout_s=node_timeout,
+        scheduler=scheduler.value,
     )
     try:
         ctx = prepare(settings)

@@ -17,6 +17,20 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class SchedulerPlace(StrEnum):
+    """``shoal server --scheduler``: where scheduling cycles run (docs/architecture.md)."""
+
+    PROCESS = "process"
+    THREAD = "thread"
+
+
+SCHEDULER_OPTION = typer.Option(
+    SchedulerPlace.PROCESS,
+    "--scheduler",
+    help="Where cycles run: a process of their own (never stalls the API) or a thread.",
+)
+
+
 class OutputFormat(StrEnum):
     """Every read command's ``-o``: ``wide`` adds columns where a command has a table (elsewhere
     it is ``text``); ``json`` and ``yaml`` print the API's data as it is."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from shoal.cli.common import fail
+from shoal.cli.common import SCHEDULER_OPTION, SchedulerPlace, fail
 from shoal.cli.render import console
 from shoal.paths import DEFAULT_PORT, default_home
 
@@ -35,13 +35,14 @@ def local_server(
     port: int = typer.Option(DEFAULT_PORT, "--port", hidden=True),
     kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, hidden=True),
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5, hidden=True),
+    scheduler: SchedulerPlace = typer.Option(SchedulerPlace.PROCESS, "--scheduler", hidden=True),
 ) -> None:
     """With no subcommand: the local-mode server in the foreground (what `shoal up` starts)."""
     if ctx.invoked_subcommand is not None:
         return
     from shoal.cli.cluster_commands import server
 
-    server(home, host, port, kill_grace, node_timeout)
+    server(home, host, port, kill_grace, node_timeout, scheduler)
 
 
 @server_app.command("init")
@@ -125,6 +126,7 @@ def start(
     node_timeout: float = typer.Option(
         30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."
     ),
+    scheduler: SchedulerPlace = SCHEDULER_OPTION,
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`."""
@@ -155,6 +157,7 @@ def start(
         kill_grace_s=kill_grace,
         node_timeout_s=node_timeout,
         tls=True,
+        scheduler=scheduler.value,
     )
     try:
         ctx = prepare(settings)

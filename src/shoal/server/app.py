@@ -31,6 +31,7 @@ from shoal.server.routers import (
     vcs,
 )
 from shoal.server.routers import logs as log_routes
+from shoal.server.scheduler_process import SchedulerProcess
 from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
 from shoal.server.settings import ServerSettings
@@ -59,7 +60,11 @@ def prepare(settings: ServerSettings) -> ServerContext:
 
 
 def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
-    loop = SchedulerLoop(ctx)
+    """The app; with ``run_scheduler``, its lifespan runs the scheduler too (in a child process
+    or a thread, as ``ctx.settings.scheduler`` says)."""
+    loop: SchedulerLoop | SchedulerProcess = (
+        SchedulerProcess(ctx) if ctx.settings.scheduler == "process" else SchedulerLoop(ctx)
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -10,7 +10,7 @@ from typing import Any
 from shoal.core.snapshot import JobRequest
 from shoal.server.group_commit import GroupCommit
 from shoal.server.notify import NodeNews, Notifier
-from shoal.server.positions import QueuePositions
+from shoal.server.positions import Positions, QueuePositions
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database
 
@@ -44,7 +44,8 @@ class ServerContext:
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     closing: bool = False  # set when the server shuts down: long polls answer at once
-    positions: QueuePositions = field(default_factory=QueuePositions)  # as of the last cycle
+    # as of the last cycle: the scheduler thread's own, or a proxy asking the scheduler process
+    positions: Positions = field(default_factory=QueuePositions)
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written
     # the scheduler's model, cache and resume point (server/loop.py; one owner: the loop)
     scheduler_state: Any = None

@@ -15,6 +15,7 @@ order to the agent) serves several of them.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -47,6 +48,10 @@ class SchedulerState:
     verified_at: float = 0.0
     forgot_at: float = 0.0
     forgot_seq: int = 0  # change rows up to this one are deleted already
+    # After each check of the model: collect, then freeze what lives (``gc.freeze``), so the
+    # collector's full passes skip the model instead of walking it several times a second while
+    # holding the interpreter (in the scheduler process, whose queue-position answers wait).
+    freeze_heap: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -85,9 +90,7 @@ def run_cycle(ctx: ServerContext, check_nodes: bool = True) -> int | None:
         state.resume_from = plan.resume_from
         state.stopped_early = plan.stopped_by is not None
         gone = {a.job_id for a in plan.admissions} | {i.job_id for i in plan.infeasible}
-        ctx.positions = QueuePositions.publish(
-            state.cache.queues, (state.model.queue[j] for j in gone if j in state.model.queue)
-        )
+        ctx.positions = QueuePositions.publish(state.cache.queues, state.model.queue, gone)
         return apply_plan(ctx, plan, dict(versions))
 
 
@@ -97,6 +100,10 @@ def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> Non
         state.verified_at = now
         with ctx.db.read() as session:
             state.model.verify(ctx, session)
+        if state.freeze_heap:
+            gc.unfreeze()  # what was frozen last time and died since is collected now
+            gc.collect()
+            gc.freeze()
     if now - state.forgot_at >= FORGET_CHANGES_S and state.model.seq > state.forgot_seq:
         state.forgot_at, state.forgot_seq = now, state.model.seq  # no write when nothing new
         with ctx.db.write() as session:
@@ -104,20 +111,28 @@ def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> Non
 
 
 class SchedulerLoop:
+    """Cycle after cycle until stopped: in a thread of its own (``start``), or in the calling
+    thread (``run``, the scheduler process's main thread)."""
+
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="shoal-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="shoal-scheduler", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask ``run`` to return after the cycle under way (callable from any thread)."""
         self._stop.set()
         self.ctx.wake_scheduler()
-        self._thread.join(timeout=10)
 
-    def _run(self) -> None:
+    def stop(self) -> None:
+        self.request_stop()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def run(self) -> None:
         # Silent nodes are looked for a few times per node timeout, not on every cycle.
         check_every = min(1.0, self.ctx.settings.node_timeout_s / 4)
         last_check = 0.0

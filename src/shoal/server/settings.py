@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from shoal.paths import default_home
 
@@ -44,6 +45,10 @@ class ServerSettings:
     cycle_deadline_ms: float = 40.0  # a cycle stops examining the deep queue after this long
     cycle_backfill_jobs: int = 2_000  # jobs examined past the VC heads per cycle
     model_verify_s: float = 60.0  # how often the scheduler's model is checked against the store
+    # Where cycles run (docs/architecture.md, "The scheduler process"): "process", a child
+    # process of the server's own, so no cycle holds the API's interpreter; "thread", a thread
+    # of the server's process (a throw-away ``shoal run`` server, and tests driving cycles).
+    scheduler: Literal["process", "thread"] = "process"
 
     @property
     def heartbeat_write_s(self) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,61 @@ def sqlite_url(home: Path) -> str:
     return f"sqlite:///{home / 'shoal.db'}"
 
 
+def _sqlite_file(url: str) -> Path | None:
+    """The database file of a file-backed SQLite URL (None: another database, or in memory)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url[len(prefix) :] in ("", ":memory:"):
+        return None
+    return Path(url[len(prefix) :])
+
+
+class WriteLock:
+    """Writers one at a time, across this process's threads and across processes on one SQLite
+    file (the API server and its scheduler process, server/scheduler_process.py).
+
+    A thread lock orders this process's writers; an ``flock`` on ``<database>.write-lock``
+    orders the processes. A blocked writer wakes as soon as the lock is released, where SQLite's
+    own busy handler would sleep and poll (up to 100 ms per try). Re-entrant per thread: a write
+    begun inside another write keeps the file lock until the outer one ends."""
+
+    def __init__(self, database: Path | None) -> None:
+        self._thread_lock = threading.RLock()
+        self._depth = 0  # nesting of the thread holding ``_thread_lock``
+        self._path = None if database is None else database.with_name(database.name + ".write-lock")
+        self._fd: int | None = None
+        self._pid = 0  # the process that opened ``_fd`` (a forked child opens its own)
+
+    def __enter__(self) -> None:
+        self._thread_lock.acquire()
+        try:
+            if self._depth == 0 and self._path is not None:
+                fcntl.flock(self._file(), fcntl.LOCK_EX)  # releases the GIL while it waits
+            self._depth += 1
+        except BaseException:
+            self._thread_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        try:
+            if self._depth == 0 and self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+    def _file(self) -> int:
+        if self._fd is None or self._pid != os.getpid():
+            assert self._path is not None
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._pid = os.getpid()
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -30,7 +87,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 class Database:
-    """Engine, sessions and a process-wide write lock (SQLite has one writer at a time)."""
+    """Engine, sessions and a write lock (SQLite has one writer at a time; see ``WriteLock``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -46,7 +103,7 @@ class Database:
         # session of this database as ``session.info["memo"]``.
         self.memo: dict[Any, Any] = {}
         self.sessions = sessionmaker(self.engine, expire_on_commit=False, info={"memo": self.memo})
-        self._write_lock = threading.RLock()
+        self._write_lock = WriteLock(_sqlite_file(url))
 
     def migrate(self) -> None:
         config = Config()
@@ -68,3 +125,4 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        self._write_lock.close()

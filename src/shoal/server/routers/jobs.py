@@ -13,6 +13,7 @@ from shoal.core.states import State
 from shoal.core.why import blocking_jobs
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
+from shoal.server.positions import position_of, positions_of
 from shoal.server.schemas import (
     ArrayOut,
     EventOut,
@@ -146,8 +147,9 @@ def list_jobs(
         accounts = job_accounts(session, jobs, ctx.clock())
         parents = [j.id for j in jobs if j.array_size is not None]
         counts = element_counts(session.connection(), parents)
+        places = positions_of(ctx.positions, jobs)
         summaries = [
-            job_summary(j, ctx.positions.of(j), nodes.get(j.id, ()), counts.get(j.id)) for j in jobs
+            job_summary(j, places.get(j.id), nodes.get(j.id, ()), counts.get(j.id)) for j in jobs
         ]
     for summary in summaries:
         summary.accounting = accounts[summary.id]
@@ -166,7 +168,7 @@ def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
     """One job with its current attempt's tasks. ``job`` is an id or a name."""
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
-        detail = job_detail(session, found, ctx.positions.of(found))
+        detail = job_detail(session, found, position_of(ctx.positions, found))
         detail.accounting = job_accounts(session, [found], ctx.clock())[found.id]
         return detail
 
@@ -188,7 +190,7 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
             virtualCluster=found.virtual_cluster,
             code=found.pending_code,
             message=found.pending_message,
-            position=ctx.positions.of(found),
+            position=position_of(ctx.positions, found),
             blockers=blockers,
             preempting=preempting,
             blockerDetails=None if blockers is None else job_refs(session, blockers, held),
