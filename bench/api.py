@@ -331,6 +331,40 @@ def _reader(server: Server, ids: list[str], until: float, seed: int, out: list[A
     out.append((lists, status))
 
 
+PROBE = {
+    "name": "report-probe",  # too small for any job: its reports only ever say "still here"
+    "address": "127.0.0.1",
+    "cpu_millis": 1,
+    "memory_mib": 1,
+    "gpu_indices": [],
+    "port_low": 21000,
+    "port_high": 21010,
+}
+
+
+def _reporter(server: Server, until: float, out: list[Any]) -> None:
+    """An agent's heartbeat report every 100 ms, timed: what a cycle may delay besides reads."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+    headers = {
+        "Authorization": f"Bearer {server.agent_token}",
+        "Content-Type": "application/json",
+        PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+    }
+    body = json.dumps({"agent_id": "bench-probe", "nodes": [PROBE]})
+    took: list[float] = []
+    next_at = time.monotonic()
+    while time.monotonic() < until:
+        next_at += READ_INTERVAL_S
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        started = time.perf_counter()
+        connection.request("POST", "/api/v1/agent/report", body, headers)
+        answer = connection.getresponse()
+        answer.read()
+        assert answer.status == 200, answer.status
+        took.append(time.perf_counter() - started)
+    out.append(took)
+
+
 def _pending_unmarked(server: Server) -> bool:
     """Whether the newest queued job has no pending reason yet (the first cycle is not done)."""
     _, jobs = server.get("/api/v1/jobs?state=WAITING&limit=1")
@@ -341,9 +375,11 @@ def read_load(server: Server, ids: list[str], seconds: float, readers: int = 4) 
     out: list[Any] = []
     cpu_before, scheduler_before = server.cpu_s(), server.scheduler_cpu_s()
     until = time.monotonic() + seconds
+    reports: list[Any] = []
     threads = [
         threading.Thread(target=_reader, args=(server, ids, until, k, out)) for k in range(readers)
     ]
+    threads.append(threading.Thread(target=_reporter, args=(server, until, reports)))
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -351,7 +387,7 @@ def read_load(server: Server, ids: list[str], seconds: float, readers: int = 4) 
     lists = [x for part in out for x in part[0]]
     status = [x for part in out for x in part[1]]
     result: dict[str, Any] = {"seconds": seconds, "readers": readers}
-    for name, values in (("list", lists), ("status", status)):
+    for name, values in (("list", lists), ("status", status), ("report", reports[0])):
         result[name] = {
             "count": len(values),
             "p50_ms": round(percentile(values, 0.5) * 1000, 1),

@@ -48,7 +48,11 @@ class SchedulerProcess:
         self._outbox: Outbox | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()  # _outbox, _child
-        self._watcher = threading.Thread(target=self._watch, name="shoal-scheduler-watch")
+        # a daemon: a server that exits without stopping it (no lifespan shutdown) still exits,
+        # and its child then reads EOF and ends too
+        self._watcher = threading.Thread(
+            target=self._watch, name="shoal-scheduler-watch", daemon=True
+        )
 
     def start(self) -> None:
         self.ctx.scheduler_wake = _ForwardedWake(self)
@@ -75,32 +79,42 @@ class SchedulerProcess:
         delay = FIRST_DELAY_S
         while not self._stopping.is_set():
             started = time.monotonic()
-            child, connection = self._spawn()
             try:
-                self._read(connection)
-            finally:
-                self._forget(child)
-            code = child.wait()
-            if self._stopping.is_set():
-                return
-            delay = FIRST_DELAY_S if time.monotonic() - started >= STEADY_S else delay
-            log.error(
-                "the scheduler process (pid %d) ended with %s; starting it again in %.1f s",
-                child.pid,
-                _describe(code),
-                delay,
-            )
+                child, connection = self._spawn()
+            except OSError as exc:  # no process could be started (out of memory, no pids)
+                log.error(
+                    "could not start the scheduler process (%s); trying again in %.1f s", exc, delay
+                )
+            else:
+                try:
+                    self._read(connection)
+                finally:
+                    self._forget(child)
+                code = child.wait()
+                if self._stopping.is_set():
+                    return
+                delay = FIRST_DELAY_S if time.monotonic() - started >= STEADY_S else delay
+                log.error(
+                    "the scheduler process (pid %d) ended with %s; starting it again in %.1f s",
+                    child.pid,
+                    _describe(code),
+                    delay,
+                )
             self._stopping.wait(delay)
             delay = min(delay * 2, MAX_DELAY_S)
             self.restarts += 1
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], Connection]:
         ours, theirs = socket.socketpair()
-        with theirs:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "shoal.server.scheduler_main", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-            )
+        try:
+            with theirs:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "shoal.server.scheduler_main", str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),),
+                )
+        except BaseException:
+            ours.close()
+            raise
         connection = Connection(ours.detach())
         outbox = Outbox(connection, "shoal-scheduler-link")
         outbox.put(("settings", self.ctx.settings))
