@@ -19,6 +19,7 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.core.budget import Budget
@@ -27,7 +28,7 @@ from shoal.core.queueindex import QueueKey
 from shoal.core.scheduler import schedule
 from shoal.server.context import ServerContext
 from shoal.server.model import SchedulerModel
-from shoal.server.positions import QueuePositions
+from shoal.server.positions import Positions, QueuePositions
 from shoal.server.services.agents import lose_silent_nodes
 from shoal.server.services.applier import apply_plan
 
@@ -52,6 +53,9 @@ class SchedulerState:
     # collector's full passes skip the model instead of walking it several times a second while
     # holding the interpreter (in the scheduler process, whose queue-position answers wait).
     freeze_heap: bool = False
+    # Called with the positions each cycle publishes, before its plan is written (the scheduler
+    # process sends them to the API: a pending reason should not show before its position).
+    on_positions: Callable[[Positions], None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -77,7 +81,7 @@ def run_cycle(ctx: ServerContext, check_nodes: bool = True) -> int | None:
         maintain_model(ctx, state, started)
         snapshot, versions = state.model.snapshot()
         if not snapshot.queue:
-            ctx.positions = QueuePositions()
+            publish(ctx, state, QueuePositions())
             state.resume_from, state.stopped_early = None, False
             return None
         plan = schedule(
@@ -90,8 +94,14 @@ def run_cycle(ctx: ServerContext, check_nodes: bool = True) -> int | None:
         state.resume_from = plan.resume_from
         state.stopped_early = plan.stopped_by is not None
         gone = {a.job_id for a in plan.admissions} | {i.job_id for i in plan.infeasible}
-        ctx.positions = QueuePositions.publish(state.cache.queues, state.model.queue, gone)
+        publish(ctx, state, QueuePositions.publish(state.cache.queues, state.model.queue, gone))
         return apply_plan(ctx, plan, dict(versions))
+
+
+def publish(ctx: ServerContext, state: SchedulerState, positions: QueuePositions) -> None:
+    ctx.positions = positions
+    if state.on_positions is not None:
+        state.on_positions(positions)
 
 
 def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> None:

@@ -12,8 +12,8 @@ server -> scheduler
 scheduler -> server
     ``("ready", pid)``                  the model is loaded; cycles run
     ``("news", [node names] | None)``   agents of these nodes (None: all) have orders waiting
-    ``("positions", [text])``           the queues as of the last cycle, at most every 0.2 s
-                                        (``QueuePositions.encoded``)
+    ``("positions", [text])``           a cycle's queues (``QueuePositions.encoded``), sent
+                                        before its plan is written; rate-limited
 
 Both sides send from several threads through an ``Outbox``: one sender thread owns the socket's
 writing end, so no caller ever blocks on a peer that is slow to read, and wake-ups asked for while

@@ -3,7 +3,7 @@ API server (``scheduler_process.py``) with its end of the link on file descripto
 
 It runs the same ``SchedulerLoop`` the server runs in a thread in ``scheduler="thread"`` mode, on
 a context of its own: its own store connections, model and cache. Agents' news goes back over the
-link, and so do the queue positions of the last cycle (at most every ``POSITIONS_EVERY_S``);
+link, and so do the queue positions each cycle publishes (at most every ``POSITIONS_EVERY_S``);
 wake-ups come in over it. It exits when asked to stop, on SIGTERM, and when the server's end of
 the link closes (the server exited or was killed), after the cycle under way. Ctrl-C at a
 terminal reaches the whole process group: the server stops it.
@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -27,14 +28,18 @@ from types import FrameType
 from shoal.server.context import ServerContext
 from shoal.server.loop import SchedulerLoop, SchedulerState
 from shoal.server.notify import NodeNews
-from shoal.server.positions import QueuePositions
+from shoal.server.positions import Positions, QueuePositions
 from shoal.server.scheduler_link import Message, Outbox
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, sqlite_url
 
 log = logging.getLogger("shoal.scheduler")
 LOCK_FILE = "scheduler.lock"
-POSITIONS_EVERY_S = 0.2  # how stale the positions the API shows may be, at most (plus a cycle)
+# Positions are sent after each cycle, but no sooner after the last sending than
+# POSITIONS_COST x what encoding it took (so a deep queue's positions cost both processes a few
+# per cent of a core), and never later than POSITIONS_EVERY_S after the cycle that published them.
+POSITIONS_EVERY_S = 0.2
+POSITIONS_COST = 40
 
 
 class _ForwardedNews(NodeNews):
@@ -56,12 +61,17 @@ class SchedulerChild:
         db = Database(settings.database_url or sqlite_url(settings.home))
         self.ctx = ServerContext(settings=replace(settings, scheduler="thread"), db=db)
         self.ctx.agent_work = _ForwardedNews(self.outbox)
-        self.ctx.scheduler_state = SchedulerState(freeze_heap=True)
+        self.ctx.scheduler_state = SchedulerState(freeze_heap=True, on_positions=self._positions)
+        self._sending = threading.Condition()
+        self._latest: Positions = self.ctx.positions
+        self._sent: Positions = self._latest
+        self._sent_at = 0.0
+        self._gap = 0.0  # the least time between two sendings (POSITIONS_COST x encoding time)
         self.loop = SchedulerLoop(self.ctx)
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        for target, name in ((self._read, "read"), (self._send_positions, "positions")):
+        for target, name in ((self._read, "read"), (self._send_late, "positions")):
             threading.Thread(target=target, name=f"shoal-scheduler-{name}", daemon=True).start()
         with _only_scheduler(self.ctx.settings.home, self.stopped) as got:
             if got:
@@ -72,16 +82,43 @@ class SchedulerChild:
 
     def stop(self) -> None:
         self.stopped.set()
+        with self._sending:
+            self._sending.notify_all()
         self.loop.request_stop()
 
-    def _send_positions(self) -> None:
-        """The positions each new cycle published, sent at most every ``POSITIONS_EVERY_S``."""
-        sent = self.ctx.positions
-        while not self.stopped.wait(POSITIONS_EVERY_S):
-            latest = self.ctx.positions
-            if latest is not sent and isinstance(latest, QueuePositions):
-                self.outbox.put(("positions", latest.encoded()))
-                sent = latest
+    def _positions(self, positions: Positions) -> None:
+        """A cycle published ``positions`` (called on the loop's thread, before its plan is
+        written): sent now, unless the last were sent less than the gap ago; then ``_send_late``
+        sends the latest once the gap has passed."""
+        with self._sending:
+            self._latest = positions
+            if time.monotonic() - self._sent_at < self._gap:
+                self._sending.notify()
+                return
+        self._send(positions)
+
+    def _send(self, positions: Positions) -> None:
+        with self._sending:  # one sender at a time, and never one older than the last sent
+            if positions is not self._latest or positions is self._sent:
+                return
+            started = time.monotonic()
+            if isinstance(positions, QueuePositions):
+                self.outbox.put(("positions", positions.encoded()))
+            self._sent, self._sent_at = positions, time.monotonic()
+            took = self._sent_at - started
+            self._gap = min(took * POSITIONS_COST, POSITIONS_EVERY_S)
+
+    def _send_late(self) -> None:
+        def unsent() -> bool:
+            return self._latest is not self._sent or self.stopped.is_set()
+
+        while not self.stopped.is_set():
+            with self._sending:
+                self._sending.wait_for(unsent)
+                wait = self._sent_at + self._gap - time.monotonic()
+            if wait > 0 and self.stopped.wait(wait):
+                return
+            self._send(self._latest)
 
     def _read(self) -> None:
         while True:
