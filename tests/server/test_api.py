@@ -23,6 +23,7 @@ PUBLIC = {
     ("get", "/api/v1/health"),
     ("get", "/api/v1/version"),
     ("post", "/api/v2/authn/basic/login"),
+    ("get", "/api/v2/info"),  # OpenPAI's clients ask it before logging in
     # joining: the CA is public (pinned by the token's hash), a join is authenticated by its token
     ("get", "/api/v1/join/ca"),
     ("post", "/api/v1/join"),

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shoal import __version__
 from shoal.server.admin_schemas import VirtualClusterOut
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
@@ -56,6 +57,18 @@ def _summary(job: Job) -> dict[str, Any]:
         "totalTaskRoleNumber": len(roles),
         "jobPriority": job.priority_class,
         "debugId": job.id,
+    }
+
+
+@router.get("/info")
+def info() -> dict[str, str]:
+    """What OpenPAI's SDK and VS Code client ask first. shoal is neither of OpenPAI's launchers;
+    it answers ``k8s``, the launcher whose job protocol and REST shapes it follows."""
+    return {
+        "name": "PAI RESTful API",
+        "version": f"v{__version__}",
+        "launcherType": "k8s",
+        "authnMethod": "basic",
     }
 
 
@@ -244,15 +257,11 @@ def log_locations(
 def _pai_vc(vc: VirtualClusterOut) -> dict[str, Any]:
     total = vc.clusterTotal
 
-    def resources(v: Mapping[str, float | None]) -> dict[str, float]:
+    def resources(v: Mapping[str, float | None]) -> dict[str, int]:
+        """OpenPAI's resource counts are integers: cores, MiB and GPUs, rounded."""
         amounts = {k: total[k] if v[k] is None else v[k] for k in ("cpu", "memoryMiB", "gpu")}
-        return {
-            "cpu": amounts["cpu"] or 0.0,
-            "memory": amounts["memoryMiB"] or 0.0,
-            "gpu": amounts["gpu"] or 0.0,
-            "vCores": amounts["cpu"] or 0.0,
-            "GPUs": amounts["gpu"] or 0.0,
-        }
+        cpu, memory, gpu = (round(amounts[k] or 0.0) for k in ("cpu", "memoryMiB", "gpu"))
+        return {"cpu": cpu, "memory": memory, "gpu": gpu, "vCores": cpu, "GPUs": gpu}
 
     share = 100.0 * (vc.guarantee["gpu"] or 0.0) / total["gpu"] if total["gpu"] else 0.0
     used = 100.0 * vc.used["gpu"] / total["gpu"] if total["gpu"] else 0.0
