@@ -18,13 +18,13 @@ from shoal.server.auth import ensure_token_file
 from shoal.server.ca import PkiFiles
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
+from shoal.server.openpai import router as openpai_router
 from shoal.server.routers import (
     agent,
     data,
     jobs,
     join,
     nodes,
-    openpai,
     system,
     usage,
     users,
@@ -96,7 +96,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(agent.router)
     app.include_router(vcs.router)
     app.include_router(users.router)
-    app.include_router(openpai.router)
+    app.include_router(openpai_router)
     app.include_router(usage.router)
     app.include_router(data.router)
     app.include_router(join.router)

@@ -4,37 +4,10 @@ they are made to conform; docs/openpai-compat.md will list the rest."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
 from fastapi.testclient import TestClient
 
-from shoal.server.app import create_app, prepare
-from shoal.server.settings import ServerSettings
 from tests.server.openpai.contract import violations
-
-
-@pytest.fixture
-def pai(tmp_path: Path) -> Iterator[TestClient]:
-    """A server whose every ``/api/v2`` answer must conform (checked when the test ends)."""
-    home = tmp_path / "home"
-    ctx = prepare(ServerSettings(home=home, scheduler="thread"))
-    seen: list[httpx.Response] = []
-
-    def keep(response: httpx.Response) -> None:
-        if response.request.url.path.startswith("/api/v2/"):
-            response.read()
-            seen.append(response)
-
-    with TestClient(create_app(ctx)) as client:
-        client.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
-        client.event_hooks["response"].append(keep)
-        yield client
-    assert seen, "the test made no /api/v2 call"
-    found = [v for response in seen for v in violations(response)]
-    assert not found, "\n\n".join(found)
 
 
 def test_cluster_info_is_what_openpai_clients_ask_first(pai: TestClient) -> None:
