@@ -12,6 +12,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shoal import __version__
 from shoal.server.auth import ensure_token_file
@@ -109,17 +110,37 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         return JSONResponse(body, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [
             {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
         ]
         message = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
         return JSONResponse(
             {"code": "InvalidParametersError", "message": message, "problems": problems},
-            status_code=422,
+            status_code=400 if _openpai(request) else 422,  # OpenPAI answers 400
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Starlette's own answers (no such route, method not allowed) with a code and a
+        message, as every shoal error has."""
+        code = "NoApiError" if exc.status_code in (404, 405) else "HttpError"
+        message = (
+            f"no route {request.method} {request.url.path}"
+            if exc.status_code in (404, 405)
+            else str(exc.detail)
+        )
+        return JSONResponse(
+            {"code": code, "message": message, "problems": []},
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
         )
 
     return app
+
+
+def _openpai(request: Request) -> bool:
+    return request.url.path.startswith("/api/v2/")
 
 
 class ShoalServer(uvicorn.Server):

@@ -288,3 +288,12 @@ class SchedChange(Base):
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(8))  # job | node | vc
     key: Mapped[str] = mapped_column(String(255))
+
+
+class JobTag(Base):
+    """A free-form label on a job (OpenPAI's job tags; migration 0019)."""
+
+    __tablename__ = "job_tags"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(256), primary_key=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from shoal.server.openpai import accounts, cluster, jobs
+from shoal.server.openpai import accounts, cluster, history, jobs, tags
 
 router = APIRouter()
-for part in (jobs, cluster, accounts):
+for part in (jobs, history, tags, cluster, accounts):
     router.include_router(part.router)

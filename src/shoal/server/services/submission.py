@@ -56,6 +56,12 @@ _CLASH = (
     .where(Job.user == bindparam("user"), Job.name == bindparam("name"), Job.state.in_(ACTIVE))
     .limit(1)
 )
+# OpenPAI's rule (``/api/v2``): a user's job name is taken for good, even once the job ended
+_NAME_USED = (
+    select(Job.id)
+    .where(Job.user == bindparam("user"), Job.name == bindparam("name"), Job.array_index.is_(None))
+    .limit(1)
+)
 _INSERT_JOB = insert(Job)
 _SEQ_KEY = "shoal.next_seq"
 
@@ -99,23 +105,29 @@ def prepare(ctx: ServerContext, request: SubmitRequest) -> Prepared:
 
 
 async def submit_grouped(
-    ctx: ServerContext, principal: Principal, request: SubmitRequest
+    ctx: ServerContext, principal: Principal, request: SubmitRequest, names_for_good: bool = False
 ) -> Submitted:
     """Store the job(s) through the group commit (``server.group_commit``): answered once the
     transaction holding them has committed. A small job file is read on the event loop (a
     fraction of a millisecond, less than the hand-off to a worker thread); a large one, or one
-    with an inline code archive (file writes), in a worker thread."""
+    with an inline code archive (file writes), in a worker thread. ``names_for_good``: a name
+    any earlier job of the user had is refused too (OpenPAI's rule), not only an active one's."""
     if request.code_archive is None and len(request.spec) <= INLINE_READ_LIMIT:
         prepared = prepare(ctx, request)
     else:
         prepared = await run_in_threadpool(prepare, ctx, request)
     return await ctx.commits.run(
-        lambda session: store(ctx, session, principal, prepared, ctx.clock())
+        lambda session: store(ctx, session, principal, prepared, ctx.clock(), names_for_good)
     )
 
 
 def store(
-    ctx: ServerContext, session: Session, principal: Principal, prepared: Prepared, now: float
+    ctx: ServerContext,
+    session: Session,
+    principal: Principal,
+    prepared: Prepared,
+    now: float,
+    names_for_good: bool = False,
 ) -> Submitted:
     """Check against the store, then insert (plain statements, no ORM unit of work): nothing of
     this submission is written if any check says no."""
@@ -123,7 +135,7 @@ def store(
     for spec in prepared.specs:
         vc = prepared.request.virtual_cluster or spec.virtual_cluster or "default"
         _check_membership(session, principal, vc)
-        _check_conflicts(ctx, session, principal, spec)
+        _check_conflicts(ctx, session, principal, spec, names_for_good)
         pinned = resolve_declared(session, principal, spec.all_data())
         rows.append((spec, vc, pinned))
     _check_names([spec.name for spec in prepared.specs])
@@ -299,11 +311,23 @@ def _check_membership(session: Session, principal: Principal, vc: str) -> None:
 
 
 def _check_conflicts(
-    ctx: ServerContext, session: Session, principal: Principal, spec: JobSpec
+    ctx: ServerContext,
+    session: Session,
+    principal: Principal,
+    spec: JobSpec,
+    names_for_good: bool = False,
 ) -> None:
-    clash = (
-        session.connection().execute(_CLASH, {"user": principal.user, "name": spec.name}).scalar()
-    )
+    names = {"user": principal.user, "name": spec.name}
+    if names_for_good:
+        used = session.connection().execute(_NAME_USED, names).scalar()
+        if used is not None:
+            raise ApiError(
+                409,
+                "ConflictJobError",
+                f"job name {principal.user}~{spec.name} is taken (job {used}); OpenPAI's API "
+                "keeps a name for good: submit with another name",
+            )
+    clash = session.connection().execute(_CLASH, names).scalar()
     if clash is not None:
         raise ApiError(
             409,

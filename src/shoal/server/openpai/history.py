@@ -1,0 +1,154 @@
+"""OpenPAI v2 job history: a task's attempts, their log locations, the job's events, and the
+deprecated ``job-attempts`` routes (every attempt of the job in ``JobAttempt`` shape).
+
+shoal's job events become OpenPAI's (Kubernetes-style) events: ``reason`` is shoal's event kind,
+``type`` is ``Warning`` for kinds that report trouble, times are ISO 8601 UTC, each event counts 1.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from fastapi import APIRouter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.server.context import ApiError
+from shoal.server.deps import Caller, Context
+from shoal.server.openpai import views
+from shoal.server.openpai.errors import answering
+from shoal.server.openpai.lookup import find_job
+from shoal.store.models import Event, Job, Task
+
+router = APIRouter(prefix="/api/v2", tags=["openpai"])
+WARNINGS = frozenset(
+    {"pending", "failing", "preempted", "replanned", "requeued", "port-clash", "lost", "exited"}
+)
+TASK_PATH = "/jobs/{framework}/attempts/{attempt}/taskRoles/{role}/taskIndex/{index}/attempts"
+
+
+def _task_attempts(session: Session, job: Job, attempt: int, role: str, index: int) -> list[Task]:
+    query = select(Task).where(
+        Task.job_id == job.id,
+        Task.job_attempt == attempt + 1,
+        Task.role == role,
+        Task.index == index,
+    )
+    return list(session.scalars(query.order_by(Task.attempt)))
+
+
+@router.get(TASK_PATH, response_model=None)
+def task_attempts(
+    framework: str, attempt: int, role: str, index: int, ctx: Context, caller: Caller
+) -> dict[str, Any]:
+    """One task of one job attempt, with every attempt of the task (``TaskStatus``)."""
+    with answering(404), ctx.db.read() as session:
+        job = find_job(session, caller, framework)
+        tasks = _task_attempts(session, job, attempt, role, index)
+        if not tasks:
+            raise ApiError(
+                404,
+                "NoJobError",
+                f"job {framework} has no task {role}[{index}] in attempt {attempt}",
+            )
+        status = views.task_status(tasks[-1], job)
+    keep = ("taskIndex", "taskUid", "taskState", "retries", "accountableRetries")
+    times = ("createdTime", "launchedTime", "completedTime")
+    first, last = views.task_status(tasks[0], job), status
+    return {
+        **{k: status[k] for k in keep},
+        "createdTime": first["createdTime"],
+        "launchedTime": first["launchedTime"],
+        "completedTime": last["completedTime"] if last["completedTime"] else None,
+        "username": job.user,
+        "jobName": job.name,
+        "jobAttemptId": attempt,
+        "taskRoleName": role,
+        "attempts": [
+            {
+                "attemptId": task.attempt - 1,
+                "attemptState": task.state,
+                **dict(
+                    zip(
+                        (
+                            "currentAttemptCreatedTime",
+                            "currentAttemptLaunchedTime",
+                            "currentAttemptCompletedTime",
+                        ),
+                        (views.task_status(task, job)[t] for t in times),
+                        strict=True,
+                    )
+                ),
+                **views.container(task, job),
+            }
+            for task in tasks
+        ],
+    }
+
+
+@router.get(TASK_PATH + "/{task_attempt}/logs", response_model=None)
+def task_logs(
+    framework: str,
+    attempt: int,
+    role: str,
+    index: int,
+    task_attempt: int,
+    ctx: Context,
+    caller: Caller,
+) -> dict[str, Any]:
+    """Where one task attempt's stdout and stderr are (shoal's log API, same token)."""
+    with answering(404), ctx.db.read() as session:
+        job = find_job(session, caller, framework)
+        tasks = _task_attempts(session, job, attempt, role, index)
+        if not any(task.attempt == task_attempt + 1 for task in tasks):
+            raise ApiError(
+                404,
+                "NoJobError",
+                f"job {framework} has no logs of {role}[{index}] "
+                f"attempt {task_attempt} in job attempt {attempt}",
+            )
+    base = f"/api/v1/jobs/{job.id}/logs?role={role}&index={index}&attempt={task_attempt + 1}"
+    return {
+        "locations": [
+            {"name": "stdout", "uri": f"{base}&stream=stdout"},
+            {"name": "stderr", "uri": f"{base}&stream=stderr"},
+        ]
+    }
+
+
+@router.get("/jobs/{framework}/events", response_model=None)
+def job_events(
+    framework: str, ctx: Context, caller: Caller, type: str | None = None
+) -> dict[str, Any]:
+    """The job's events, oldest first; ``type``: only ``Normal`` or only ``Warning`` ones."""
+    with answering(404), ctx.db.read() as session:
+        job = find_job(session, caller, framework)
+        rows = session.scalars(
+            select(Event).where(Event.job_id == job.id).order_by(Event.at, Event.id)
+        ).all()
+    events = [_event(job, row) for row in rows]
+    if type:
+        events = [event for event in events if event["type"] == type]
+    return {"totalCount": len(events), "data": events}
+
+
+def _event(job: Job, row: Event) -> dict[str, Any]:
+    stamp = dt.datetime.fromtimestamp(row.at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    task = f"{job.id}-{row.role}-{row.index}" if row.role is not None else ""
+    return {
+        "uid": f"{job.id}-{row.id}",
+        "frameworkName": job.id,
+        "podUid": task,
+        "taskroleName": row.role or "",
+        "taskName": task,
+        "taskIndex": row.index if row.index is not None else -1,
+        "type": "Warning" if row.kind in WARNINGS else "Normal",
+        "reason": row.kind,
+        "message": row.message,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "sourceComponent": "shoal",
+        "sourceHost": None,
+    }
