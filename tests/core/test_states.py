@@ -86,9 +86,10 @@ def test_terminal_states() -> None:
 
 
 @pytest.mark.parametrize("state", sorted(TERMINAL), ids=str)
-def test_terminal_job_state_has_no_way_out(state: State) -> None:
-    assert not [event for (s, event) in JOB_TRANSITIONS if s is state]
-    for event in JobEvent:
+def test_terminal_job_state_has_one_way_out_an_explicit_restart(state: State) -> None:
+    assert [event for (s, event) in JOB_TRANSITIONS if s is state] == [JobEvent.RESTARTED]
+    assert advance_job(state, JobEvent.RESTARTED) is State.WAITING
+    for event in set(JobEvent) - {JobEvent.RESTARTED}:
         with pytest.raises(InvalidTransition):
             advance_job(state, event)
 

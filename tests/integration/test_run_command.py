@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.local.portblock import free_port_base
+from shoal.local.portblock import ephemeral_range, free_port_base
 from shoal.local.supervisor import alive
 from tests.integration.conftest import port_base
 
@@ -151,6 +151,9 @@ def test_bad_port_base_is_one_clear_error(tmp_path: Path, base: str, fragment: s
 
 def test_default_port_block_skips_a_block_with_a_bound_port() -> None:
     start = port_base() + 3000
+    low, high = ephemeral_range()
+    if start + 999 >= low and start <= high:  # free_port_base rightly passes over such a block
+        pytest.skip(f"$SHOAL_TEST_PORT_BASE puts block {start} in the ephemeral range {low}-{high}")
     assert free_port_base(1, start=start) == start
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", start + 500))

@@ -23,7 +23,7 @@ from shoal.core.states import JOB_TRANSITIONS, JobEvent, State
 # The reason code a held element waits with (``job status`` shows it).
 ARRAY_CONCURRENCY_LIMIT = "ArrayConcurrencyLimit"
 # The back edges of the job state machine: a parent never goes back to the queue.
-_BACK = (JobEvent.RETRIED, JobEvent.PREEMPTED, JobEvent.REJECTED)
+_BACK = (JobEvent.RETRIED, JobEvent.PREEMPTED, JobEvent.REJECTED, JobEvent.RESTARTED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,9 @@ class JobEvent(StrEnum):
     RETRIED = "retried"  # a failed attempt is retried: back to the queue
     PREEMPTED = "preempted"  # resources were reclaimed: back to the queue, submit time kept
     REJECTED = "rejected"  # can never run (infeasible) and the user asked not to wait
+    # The user runs an ended job again as its next attempt (OpenPAI's ``executionType: START``):
+    # the one way out of a final state, taken only on that explicit request.
+    RESTARTED = "restarted"
 
 
 class TaskEvent(StrEnum):
@@ -63,6 +66,9 @@ JOB_TRANSITIONS: dict[tuple[State, JobEvent], State] = {
     (State.RUNNING, JobEvent.PREEMPTED): State.WAITING,
     (State.STOPPING, JobEvent.STOPPED): State.STOPPED,
     (State.STOPPING, JobEvent.STOP_REQUESTED): State.STOPPING,
+    (State.SUCCEEDED, JobEvent.RESTARTED): State.WAITING,
+    (State.FAILED, JobEvent.RESTARTED): State.WAITING,
+    (State.STOPPED, JobEvent.RESTARTED): State.WAITING,
 }
 
 TASK_TRANSITIONS: dict[tuple[State, TaskEvent], State] = {

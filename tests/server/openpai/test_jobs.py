@@ -98,6 +98,34 @@ def test_a_job_from_submission_to_success(pai: TestClient, pai_home: Path) -> No
     assert all(e["type"] == "Normal" for e in normal["data"])
 
 
+def test_start_runs_an_ended_job_again_as_its_next_attempt(pai: TestClient, pai_home: Path) -> None:
+    agent = GpuAgent(pai, pai_home)
+    assert submit(pai, "again").status_code == 202
+    (first,) = agent.launches(1)
+    agent.exit(first, 3)
+    failed = wait_state(pai, "admin~again", "FAILED")
+    assert failed["jobStatus"]["appExitCode"] == 3
+    start = pai.put("/api/v2/jobs/admin~again/executionType", json={"value": "START"})
+    assert start.status_code == 202
+    requeued = pai.get("/api/v2/jobs/admin~again").json()["jobStatus"]
+    assert requeued["state"] in ("WAITING", "RUNNING") and requeued["appExitCode"] is None
+    (second,) = agent.launches(1)
+    assert second["attempt_id"] != first["attempt_id"]
+    running = wait_state(pai, "admin~again", "RUNNING")["jobStatus"]
+    assert running["attemptId"] == 1 and running["executionType"] == "START"
+    # START on a job that runs changes nothing
+    assert (
+        pai.put("/api/v2/jobs/admin~again/executionType", json={"value": "START"}).status_code
+        == 202
+    )
+    agent.exit(second, 0)
+    assert wait_state(pai, "admin~again", "SUCCEEDED")["jobStatus"]["attemptId"] == 1
+    earlier = pai.get("/api/v2/jobs/admin~again/attempts/0").json()["jobStatus"]
+    assert earlier["attemptId"] == 0 and earlier["attemptState"] == "FAILED"
+    kinds = [e["reason"] for e in pai.get("/api/v2/jobs/admin~again/events").json()["data"]]
+    assert "restarted" in kinds
+
+
 def test_waiting_and_stopped_jobs_and_stop_by_execution_type(
     pai: TestClient, pai_home: Path
 ) -> None:

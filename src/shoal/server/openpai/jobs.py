@@ -18,7 +18,7 @@ from shoal.server.openpai.lookup import find_job
 from shoal.server.openpai.tags import tags_of
 from shoal.server.schemas import SubmitRequest
 from shoal.server.services import jobs as job_service
-from shoal.server.services import submission
+from shoal.server.services import restarts, submission
 
 router = APIRouter(prefix="/api/v2", tags=["openpai"])
 MAX_BODY = 1024 * 1024
@@ -102,11 +102,10 @@ def set_execution_type(
     with answering(400, 404), ctx.db.read() as session:
         job = find_job(session, caller, framework)
     with answering(400, 404):
-        if body.value == "START":
-            raise ApiError(
-                400, "InvalidParametersError", "restarting a job is not supported yet; submit it"
-            )
-        job_service.stop(ctx, caller, job.id)
+        if body.value == "START":  # an ended job runs again as its next attempt
+            restarts.restart(ctx, caller, job.id)
+        else:
+            job_service.stop(ctx, caller, job.id)
     return {"message": f"execute job {job.name} successfully"}
 
 

@@ -161,6 +161,9 @@ def _active(tasks: Sequence[Task]) -> bool:
 
 
 def _attempt_state(tasks: Sequence[Task]) -> str:
-    """An earlier attempt's outcome: failed if a task of it failed, else stopped."""
+    """An earlier attempt's outcome: failed if a task of it failed, succeeded if all did, else
+    stopped (preempted, or stopped before a restart)."""
     states = {t.state for t in latest_task_attempts(tasks)}
-    return State.FAILED.value if State.FAILED.value in states else State.STOPPED.value
+    if State.FAILED.value in states:
+        return State.FAILED.value
+    return State.SUCCEEDED.value if states == {State.SUCCEEDED.value} else State.STOPPED.value
