@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-runtime
 TORCH_STAMP := $(VENV)/.torch
+SDK_DIR := tests/openpai_sdk
+SDK_STAMP := $(SDK_DIR)/node_modules/.installed
 # Wheels of shoal's runtime dependencies (and setuptools, to build shoal's own wheel offline):
 # `shoal cluster create` copies them to hosts that have no route to a package index.
 WHEELHOUSE := $(VENV)/wheelhouse
@@ -36,7 +38,21 @@ $(STAMP): $(RUN_STAMP)
 
 setup-runtime: $(RUN_STAMP)
 
-setup: $(STAMP) $(WHEEL_STAMP)
+setup: $(STAMP) $(WHEEL_STAMP) $(SDK_STAMP)
+
+# OpenPAI's JS SDK for tests/integration/test_openpai_sdk.py, pinned by its lockfile; `npm ci`
+# runs again only when the lockfile or package.json changes. Without node or npm, setup says so
+# and that test is skipped with the reason.
+$(SDK_STAMP): $(SDK_DIR)/package.json $(SDK_DIR)/package-lock.json
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		echo "installing OpenPAI's JS SDK in $(SDK_DIR) (npm ci)"; \
+		cd $(SDK_DIR) && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
+			&& touch node_modules/.installed; \
+	else \
+		echo "node or npm is missing: OpenPAI's JS SDK is not installed and" \
+			"tests/integration/test_openpai_sdk.py will be skipped (install Node.js with npm," \
+			"then run make setup)"; \
+	fi
 
 # Built while the package registry is reachable (pip's cache makes it quick), used offline later.
 $(WHEEL_STAMP): $(RUN_STAMP)
@@ -124,4 +140,4 @@ bench-cluster: setup
 	$(BIN)/python bench/cluster.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(SDK_DIR)/node_modules
