@@ -24,6 +24,8 @@ PUBLIC = {
     ("get", "/api/v1/version"),
     ("post", "/api/v2/authn/basic/login"),
     ("get", "/api/v2/info"),  # OpenPAI's clients ask it before logging in
+    # a signed URL is its own credential (openpai/logurls.py)
+    ("get", "/log-manager/{job_id}/{job_attempt}/{role}/{index}/{task_attempt}/{stream}"),
     # joining: the CA is public (pinned by the token's hash), a join is authenticated by its token
     ("get", "/api/v1/join/ca"),
     ("post", "/api/v1/join"),

@@ -90,6 +90,12 @@ def test_a_job_from_submission_to_success(pai: TestClient, pai_home: Path) -> No
     assert attempts["jobName"] == "train" and attempts["taskRoleName"] == "worker"
     logs = pai.get(f"{path}/0/logs").json()
     assert [entry["name"] for entry in logs["locations"]] == ["stdout", "stderr"]
+    # each location is readable as it is, with no token header, as OpenPAI's log manager's are
+    uri = logs["locations"][0]["uri"]
+    assert uri.startswith("http://testserver/log-manager/")
+    assert pai.get(uri, headers={"Authorization": ""}).status_code == 200
+    forged = uri.replace("stdout", "stderr")  # the signature covers the stream
+    assert pai.get(forged, headers={"Authorization": ""}).status_code == 403
     assert pai.get(f"{path}/1/logs").status_code == 404
     events = pai.get("/api/v2/jobs/admin~train/events").json()
     assert events["totalCount"] == len(events["data"]) > 0
@@ -122,6 +128,15 @@ def test_start_runs_an_ended_job_again_as_its_next_attempt(pai: TestClient, pai_
     assert wait_state(pai, "admin~again", "SUCCEEDED")["jobStatus"]["attemptId"] == 1
     earlier = pai.get("/api/v2/jobs/admin~again/attempts/0").json()["jobStatus"]
     assert earlier["attemptId"] == 0 and earlier["attemptState"] == "FAILED"
+    # the deprecated job-history routes OpenPAI's SDK still calls
+    assert pai.get("/api/v2/jobs/admin~again/job-attempts/healthz").status_code == 200
+    history = pai.get("/api/v2/jobs/admin~again/job-attempts").json()
+    assert [(a["attemptIndex"], a["state"], a["isLatest"]) for a in history] == [
+        (1, "SUCCEEDED", True),
+        (0, "FAILED", False),
+    ]
+    assert pai.get("/api/v2/jobs/admin~again/job-attempts/0").json()["attemptIndex"] == 0
+    assert pai.get("/api/v2/jobs/admin~again/job-attempts/2").status_code == 404
     kinds = [e["reason"] for e in pai.get("/api/v2/jobs/admin~again/events").json()["data"]]
     assert "restarted" in kinds
 

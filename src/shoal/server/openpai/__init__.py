@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from shoal.server.openpai import accounts, cluster, history, jobs, tags
+from shoal.server.openpai import accounts, cluster, history, jobs, logurls, tags
 
 router = APIRouter()
-for part in (jobs, history, tags, cluster, accounts):
+for part in (jobs, history, tags, cluster, accounts, logurls):
     router.include_router(part.router)

@@ -1,5 +1,6 @@
 """OpenPAI v2 job history: a task's attempts, their log locations, the job's events, and the
-deprecated ``job-attempts`` routes (every attempt of the job in ``JobAttempt`` shape).
+deprecated ``job-attempts`` routes (every attempt of the job in ``JobAttempt`` shape, which
+OpenPAI's SDK still calls).
 
 shoal's job events become OpenPAI's (Kubernetes-style) events: ``reason`` is shoal's event kind,
 ``type`` is ``Warning`` for kinds that report trouble, times are ISO 8601 UTC, each event counts 1.
@@ -10,13 +11,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.openpai import views
+from shoal.server.openpai import logurls, views
 from shoal.server.openpai.errors import answering
 from shoal.server.openpai.lookup import find_job
 from shoal.store.models import Event, Job, Task
@@ -94,10 +95,12 @@ def task_logs(
     role: str,
     index: int,
     task_attempt: int,
+    request: Request,
     ctx: Context,
     caller: Caller,
 ) -> dict[str, Any]:
-    """Where one task attempt's stdout and stderr are (shoal's log API, same token)."""
+    """Where one task attempt's stdout and stderr are: URLs readable as they are for an hour,
+    as OpenPAI's log manager's are (``logurls.py``)."""
     with answering(404), ctx.db.read() as session:
         job = find_job(session, caller, framework)
         tasks = _task_attempts(session, job, attempt, role, index)
@@ -105,16 +108,10 @@ def task_logs(
             raise ApiError(
                 404,
                 "NoJobError",
-                f"job {framework} has no logs of {role}[{index}] "
-                f"attempt {task_attempt} in job attempt {attempt}",
+                f"job {framework} has no logs of {role}[{index}] attempt {task_attempt} in job "
+                f"attempt {attempt}",
             )
-    base = f"/api/v1/jobs/{job.id}/logs?role={role}&index={index}&attempt={task_attempt + 1}"
-    return {
-        "locations": [
-            {"name": "stdout", "uri": f"{base}&stream=stdout"},
-            {"name": "stderr", "uri": f"{base}&stream=stderr"},
-        ]
-    }
+    return {"locations": logurls.locations(ctx, str(request.base_url), tasks[-1], task_attempt + 1)}
 
 
 @router.get("/jobs/{framework}/events", response_model=None)
@@ -152,3 +149,76 @@ def _event(job: Job, row: Event) -> dict[str, Any]:
         "sourceComponent": "shoal",
         "sourceHost": None,
     }
+
+
+@router.get("/jobs/{framework}/job-attempts/healthz")
+def job_attempts_healthz(framework: str, caller: Caller) -> Response:
+    """OpenPAI's job-history service is up (shoal's history is its store: always)."""
+    return Response(status_code=200)
+
+
+@router.get("/jobs/{framework}/job-attempts", response_model=None)
+def job_attempts(framework: str, ctx: Context, caller: Caller) -> list[dict[str, Any]]:
+    """Every attempt of the job, the latest first (deprecated in OpenPAI; its clients use it)."""
+    with answering(404), ctx.db.read() as session:
+        job = find_job(session, caller, framework)
+        return [_job_attempt(session, job, attempt) for attempt in range(job.attempt, 0, -1)]
+
+
+@router.get("/jobs/{framework}/job-attempts/{attempt}", response_model=None)
+def job_attempt(framework: str, attempt: int, ctx: Context, caller: Caller) -> dict[str, Any]:
+    with answering(404), ctx.db.read() as session:
+        job = find_job(session, caller, framework)
+        if not 0 <= attempt < job.attempt:
+            raise ApiError(404, "NoJobError", f"job {framework} has no attempt {attempt}")
+        return _job_attempt(session, job, attempt + 1)
+
+
+def _job_attempt(session: Session, job: Job, attempt: int) -> dict[str, Any]:
+    """OpenPAI's ``JobAttempt`` for shoal's ``attempt`` of ``job``."""
+    detail = views.detail(session, job, attempt, ())
+    status = detail["jobStatus"]
+    latest = attempt == job.attempt
+    roles = {
+        name: {
+            "taskRoleStatus": role["taskRoleStatus"],
+            "taskStatuses": [
+                {k: task[k] for k in ATTEMPT_TASK_FIELDS} for task in role["taskStatuses"]
+            ],
+        }
+        for name, role in detail["taskRoles"].items()
+    }
+    diagnostics = status["appExitDiagnostics"] or ""
+    return {
+        "jobName": job.name,
+        "frameworkName": job.id,
+        "uid": status["appId"],
+        "userName": job.user,
+        "state": status["attemptState"],
+        "originState": status["subState"],
+        "attemptIndex": attempt - 1,
+        "jobStartedTime": views.ms(job.submitted_at),
+        "attemptStartedTime": status["appCreatedTime"],
+        "attemptCompletedTime": status["appCompletedTime"],
+        "exitCode": job.exit_code if latest else None,
+        "exitPhrase": status["appExitType"],
+        "exitType": status["appExitType"],
+        "exitDiagnostics": {"diagnosticsSummary": diagnostics, "runtime": None, "launcher": ""},
+        "appExitDiagnostics": diagnostics or None,
+        "totalGpuNumber": status["totalGpuNumber"],
+        "totalTaskNumber": status["totalTaskNumber"],
+        "totalTaskRoleNumber": status["totalTaskRoleNumber"],
+        "taskRoles": roles,
+        "isLatest": latest,
+    }
+
+
+ATTEMPT_TASK_FIELDS = (
+    "taskIndex",
+    "taskState",
+    "containerId",
+    "containerIp",
+    "containerGpus",
+    "containerLog",
+    "containerExitCode",
+)
