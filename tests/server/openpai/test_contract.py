@@ -4,10 +4,14 @@ they are made to conform; docs/openpai-compat.md will list the rest."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 from fastapi.testclient import TestClient
 
 from tests.server.openpai.contract import violations
+from tests.server.openpai.test_jobs import GpuAgent, submit
+from tests.server.test_code_and_data import push
 
 
 def test_cluster_info_is_what_openpai_clients_ask_first(pai: TestClient) -> None:
@@ -40,3 +44,39 @@ def test_the_contract_check_finds_what_does_not_conform(pai: TestClient) -> None
     wrong = httpx.Response(200, json={"name": "x"}, request=request)
     assert violations(wrong), "a body missing required fields passed the contract"
     assert pai.get("/api/v2/info").status_code == 200
+
+
+def test_kubernetes_nodes_and_pods_storages_alerts_and_skus(
+    pai: TestClient, pai_home: Path
+) -> None:
+    agent = GpuAgent(pai, pai_home)
+    assert submit(pai, "podded").status_code == 202
+    agent.launches(1)
+    nodes = pai.get("/api/v2/kubernetes/nodes").json()
+    assert nodes["kind"] == "NodeList"
+    (node,) = nodes["items"]
+    assert node["metadata"]["name"] == "n0"
+    assert node["status"]["capacity"] == {
+        "cpu": "8000m",
+        "memory": "16384Mi",
+        "nvidia.com/gpu": "2",
+    }
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"  # the job holds one
+    pods = pai.get("/api/v2/kubernetes/pods").json()
+    (pod,) = pods["items"]
+    assert pod["metadata"]["labels"]["jobName"] == "podded"
+    assert pod["spec"]["nodeName"] == "n0"
+    assert (
+        pai.get("/api/v2/kubernetes/pods", params={"namespace": "kube-system"}).json()["items"]
+        == []
+    )
+    assert pai.get("/api/v2/storages").json() == {"storages": []}
+    token = pai.headers["Authorization"].removeprefix("Bearer ")
+    assert push(pai, token, "admin", "corpus", b"words").status_code == 201  # type: ignore[attr-defined]
+    (listed,) = pai.get("/api/v2/storages").json()["storages"]
+    assert listed["name"] == "admin~corpus" and listed["share"] is False
+    assert pai.get("/api/v2/storages", params={"default": "true"}).json() == {"storages": []}
+    assert pai.get("/api/v2/storages/admin~corpus").json()["type"] == "other"
+    missing = pai.get("/api/v2/storages/admin~nothing")
+    assert missing.status_code == 404 and missing.json()["code"] == "NoStorageError"
+    assert pai.get("/api/v2/alerts").json() == []

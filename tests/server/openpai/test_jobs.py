@@ -218,6 +218,10 @@ def test_an_unknown_order_or_route_is_refused_with_a_code(tmp_path: Path) -> Non
         assert nowhere.json()["message"] == "no route GET /api/v2/nowhere"
         negative = api.get("/api/v2/jobs", params={"offset": "-1"})
         assert negative.status_code == 400
+        # OpenPAI's SDK asks for a VC's SKUs, a route its description does not have
+        skus = api.get("/api/v2/virtual-clusters/default/sku-types")
+        assert skus.status_code == 200 and skus.json() == {}  # no node yet
+        assert api.get("/api/v2/virtual-clusters/nope/sku-types").status_code == 404
 
 
 @pytest.mark.parametrize("who", ["alice"])

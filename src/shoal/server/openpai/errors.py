@@ -35,6 +35,11 @@ CODES = frozenset(
         "NoEnoughQuotaError",
         "NotImplementedError",
         "UnknownError",
+        # used by the description's own error examples, though its list lacks them
+        "NoStorageError",
+        "NoTagError",
+        "NoTaskError",
+        "NoTaskLogError",
     }
 )
 

@@ -50,7 +50,7 @@ def task_attempts(
         if not tasks:
             raise ApiError(
                 404,
-                "NoJobError",
+                "NoTaskError",
                 f"job {framework} has no task {role}[{index}] in attempt {attempt}",
             )
         status = views.task_status(tasks[-1], job)
@@ -107,7 +107,7 @@ def task_logs(
         if not any(task.attempt == task_attempt + 1 for task in tasks):
             raise ApiError(
                 404,
-                "NoJobError",
+                "NoTaskLogError",
                 f"job {framework} has no logs of {role}[{index}] attempt {task_attempt} in job "
                 f"attempt {attempt}",
             )

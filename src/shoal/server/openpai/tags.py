@@ -53,6 +53,6 @@ def delete_tag(framework: str, body: TagBody, ctx: Context, caller: Caller) -> d
     with answering(400, 404), ctx.db.write() as session:
         job = find_job(session, caller, framework)
         if body.value not in tags_of(session, [job.id]).get(job.id, []):
-            raise ApiError(404, "NoJobError", f"job {framework} has no tag {body.value!r}")
+            raise ApiError(404, "NoTagError", f"job {framework} has no tag {body.value!r}")
         session.execute(delete(JobTag).where(JobTag.job_id == job.id, JobTag.tag == body.value))
     return {"message": f"Delete tag {body.value} from job {job.name} successfully."}
