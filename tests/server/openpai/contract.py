@@ -53,7 +53,13 @@ def description() -> OpenAPI:
     codes.extend(sorted(EXAMPLE_CODES - set(codes)))
     # OpenPAI's file repeats operation ids (``getJob`` twice), which a strict check of the
     # description refuses; the schemas themselves are what the contract is about.
-    return OpenAPI.from_dict(_local_refs(api), config=Config(spec_validator_cls=None))
+    # text/yaml (a job's config, a submitted job) is read as YAML, which openapi-core does not do
+    # by itself.
+    config = Config(
+        spec_validator_cls=None,
+        extra_media_type_deserializers={"text/yaml": yaml.safe_load},
+    )
+    return OpenAPI.from_dict(_local_refs(api), config=config)
 
 
 @dataclass

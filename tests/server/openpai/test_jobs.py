@@ -81,6 +81,9 @@ def test_a_job_from_submission_to_success(pai: TestClient, pai_home: Path) -> No
     # OpenPAI keeps a name for good: the same name again is a conflict, even after the end
     again = submit(pai, "train")
     assert again.status_code == 409 and again.json()["code"] == "ConflictJobError"
+    config = pai.get("/api/v2/jobs/admin~train/config")
+    assert config.headers["content-type"].startswith("text/yaml")
+    assert "protocolVersion: 2" in config.text
     attempt = pai.get("/api/v2/jobs/admin~train/attempts/0").json()
     assert attempt["jobStatus"]["attemptId"] == 0
     assert pai.get("/api/v2/jobs/admin~train/attempts/1").status_code == 404
