@@ -26,6 +26,8 @@ PUBLIC = {
     ("get", "/api/v2/info"),  # OpenPAI's clients ask it before logging in
     # a signed URL is its own credential (openpai/logurls.py)
     ("get", "/log-manager/{job_id}/{job_attempt}/{role}/{index}/{task_attempt}/{stream}"),
+    ("get", "/api/v2/authn/oidc/login"),  # no OIDC: a redirect to /api/v2/info
+    ("get", "/api/v2/authn/oidc/logout"),
     # joining: the CA is public (pinned by the token's hash), a join is authenticated by its token
     ("get", "/api/v1/join/ca"),
     ("post", "/api/v1/join"),

@@ -157,7 +157,7 @@ def test_basic_login(server: tuple[TestClient, str]) -> None:
     assert good.status_code == 200
     assert client.get("/api/v1/me", headers=bearer(good.json()["token"])).json()["name"] == "dave"
     bad = client.post("/api/v2/authn/basic/login", json={"username": "dave", "password": "nope"})
-    assert bad.status_code == 401 and bad.json()["code"] == "IncorrectPasswordError"
+    assert bad.status_code == 400 and bad.json()["code"] == "IncorrectPasswordError"
 
 
 def test_tokens_never_appear_in_api_output_or_logs(

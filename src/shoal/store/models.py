@@ -21,6 +21,23 @@ class User(Base):
     created_at: Mapped[float] = mapped_column(Float)
     groups: Mapped[list[Any]] = mapped_column(JSON, default=list)
     password_hash: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # OpenPAI's profile fields (/api/v2/users): shoal keeps them, nothing else reads them
+    email: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    extension: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+
+
+class UserGroup(Base):
+    """A group's own attributes, as OpenPAI's ``/api/v2/groups`` has them. Who is in a group is
+    ``users.groups``; which VCs it may use is ``virtual_clusters.members``. A name in some user's
+    ``groups`` with no row here is a group too, with empty attributes."""
+
+    __tablename__ = "user_groups"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    external_name: Mapped[str] = mapped_column(String(255), default="")
+    extension: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class Token(Base):

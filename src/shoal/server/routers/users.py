@@ -1,13 +1,11 @@
-"""Users, tokens and login: ``/api/v1/users``, ``/api/v1/tokens``, ``/api/v1/me`` and OpenPAI's
-``POST /api/v2/authn/basic/login``."""
+"""Users and tokens: ``/api/v1/users``, ``/api/v1/tokens``, ``/api/v1/me``. OpenPAI's login and
+accounts are under ``/api/v2`` (``server/openpai/accounts.py``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
-from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
 from shoal.server.admin_schemas import (
     ChangeResult,
@@ -21,14 +19,10 @@ from shoal.server.admin_schemas import (
     UserOut,
     UserPatch,
 )
-from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.services import users
 
 router = APIRouter(tags=["users"])
-
-DEFAULT_LOGIN_S = 86400.0
-MAX_LOGIN_S = 7 * 86400.0
 
 
 @router.post("/api/v1/users", response_model=NewUser, status_code=201)
@@ -91,26 +85,3 @@ def list_tokens(ctx: Context, caller: Caller) -> list[TokenOut]:
 @router.delete("/api/v1/tokens/{token_id}", status_code=204)
 def revoke_token(token_id: int, ctx: Context, caller: Caller) -> None:
     users.revoke_token(ctx, caller, token_id)
-
-
-@router.post("/api/v2/authn/basic/login")
-async def basic_login(request: Request, ctx: Context) -> dict[str, object]:
-    """OpenPAI's login: form (or JSON) ``username``, ``password``, ``expiration`` seconds."""
-    raw = await request.body()
-    if request.headers.get("content-type", "").startswith("application/json"):
-        try:
-            fields = {k: str(v) for k, v in json.loads(raw or b"{}").items()}
-        except (ValueError, AttributeError):
-            raise ApiError(400, "InvalidParametersError", "the body is not a JSON object") from None
-    else:
-        fields = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
-    if not fields.get("username") or not fields.get("password"):
-        raise ApiError(400, "InvalidParametersError", "username and password are required")
-    try:
-        expiration = float(fields.get("expiration", DEFAULT_LOGIN_S))
-    except ValueError:
-        raise ApiError(400, "InvalidParametersError", "expiration is a number of seconds") from None
-    if not 60 <= expiration <= MAX_LOGIN_S:
-        raise ApiError(400, "InvalidParametersError", "expiration must be 60 s to 7 days")
-    token, admin = users.login(ctx, fields["username"], fields["password"], expiration)
-    return {"token": token, "user": fields["username"], "admin": admin}

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from typing import Any
 
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
@@ -46,31 +47,17 @@ def check_password(password: str, stored: str | None) -> bool:
 
 
 def require_admin(caller: Principal) -> None:
-    if not caller.is_admin or caller.kind != "user":
+    if not manages_others(caller):
         raise ApiError(403, "ForbiddenUserError", "only admins (with a user token) may do this")
 
 
 def create_user(ctx: ServerContext, caller: Principal, body: UserIn) -> tuple[UserOut, str]:
     require_admin(caller)
-    if not USER_NAME.match(body.name):
-        raise ApiError(
-            400, "InvalidParametersError", "user names are 1-64 letters, digits, '_', '.' or '-'"
-        )
-    _check_password(body.password)
+    check_new_user(body)
     now = ctx.clock()
     token = new_token("shoal")
     with ctx.db.write() as session:
-        if session.scalar(select(User).where(User.name == body.name)) is not None:
-            raise ApiError(409, "ConflictUserError", f"user {body.name} already exists")
-        user = User(
-            name=body.name,
-            is_admin=body.admin,
-            groups=list(body.groups),
-            created_at=now,
-            password_hash=None if body.password is None else hash_password(body.password),
-        )
-        session.add(user)
-        session.flush()
+        user = add_user(session, body, now)
         session.add(
             Token(
                 user_id=user.id,
@@ -83,6 +70,38 @@ def create_user(ctx: ServerContext, caller: Principal, body: UserIn) -> tuple[Us
     return UserOut(name=body.name, admin=body.admin, groups=list(body.groups)), token
 
 
+def check_new_user(body: UserIn) -> None:
+    if not USER_NAME.match(body.name):
+        raise ApiError(
+            400, "InvalidParametersError", "user names are 1-64 letters, digits, '_', '.' or '-'"
+        )
+    check_password_rule(body.password)
+
+
+def add_user(
+    session: Session,
+    body: UserIn,
+    now: float,
+    email: str = "",
+    extension: dict[str, Any] | None = None,
+) -> User:
+    """The new user's row (flushed, so it has its id); 409 if the name is taken."""
+    if session.scalar(select(User).where(User.name == body.name)) is not None:
+        raise ApiError(409, "ConflictUserError", f"user {body.name} already exists")
+    user = User(
+        name=body.name,
+        is_admin=body.admin,
+        groups=list(body.groups),
+        created_at=now,
+        password_hash=None if body.password is None else hash_password(body.password),
+        email=email,
+        extension=dict(extension or {}),
+    )
+    session.add(user)
+    session.flush()
+    return user
+
+
 def list_users(ctx: ServerContext, caller: Principal) -> list[UserOut]:
     require_admin(caller)
     with ctx.db.read() as session:
@@ -92,7 +111,7 @@ def list_users(ctx: ServerContext, caller: Principal) -> list[UserOut]:
         ]
 
 
-def _check_password(password: str | None) -> None:
+def check_password_rule(password: str | None) -> None:
     if password is not None and len(password) < 6:
         raise ApiError(
             400,
@@ -128,7 +147,7 @@ def patch_user(
             f"admin: user {name} keeps admin rights (the built-in admin and yourself always do); "
             "ask another admin",
         )
-    _check_password(body.password)
+    check_password_rule(body.password)
     session_of = ctx.db.read if dry_run else ctx.db.write
     with session_of() as session:
         user = session.scalar(select(User).where(User.name == name))
@@ -232,10 +251,15 @@ def create_token(
 
 
 def login(ctx: ServerContext, name: str, password: str, expires_in_s: float) -> tuple[str, bool]:
+    """A user token for ``expires_in_s`` seconds; 400 ``NoUserError`` or ``IncorrectPasswordError``
+    otherwise, as OpenPAI's basic login answers."""
     with ctx.db.read() as session:
         user = session.scalar(select(User).where(User.name == name))
-    if user is None or not check_password(password, user.password_hash):
-        raise ApiError(401, "IncorrectPasswordError", "unknown user or wrong password")
+    if user is None:
+        raise ApiError(400, "NoUserError", f"User {name} is not found.")
+    if not check_password(password, user.password_hash):
+        hint = "" if user.password_hash else f" (user {name} has no password: an admin sets one)"
+        raise ApiError(400, "IncorrectPasswordError", f"Password is incorrect.{hint}")
     now = ctx.clock()
     token = new_token("shoal")
     with ctx.db.write() as session:
@@ -280,3 +304,80 @@ def _token_out(token: Token, user: str) -> TokenOut:
         expiresAt=token.expires_at,
         revoked=token.revoked_at is not None,
     )
+
+
+# ---- tokens as OpenPAI names them (/api/v2/tokens) ----
+
+TOKEN_REFERENCE = "shoal-token-"  # + the token's id; a real token starts with "shoal_"
+PERSONAL_KINDS = ("user", "application")
+
+
+def token_references(ctx: ServerContext, caller: Principal) -> list[str]:
+    """The caller's live user and application tokens, by reference: their values are kept only
+    as hashes, so what a list can show is ``shoal-token-<id>``, which revoking accepts."""
+    now = ctx.clock()
+    with ctx.db.read() as session:
+        rows = session.scalars(
+            select(Token.id)
+            .join(User, User.id == Token.user_id)
+            .where(User.name == caller.user, Token.kind.in_(PERSONAL_KINDS))
+            .where(Token.revoked_at.is_(None))
+            .where((Token.expires_at.is_(None)) | (Token.expires_at > now))
+            .order_by(Token.id)
+        )
+        return [f"{TOKEN_REFERENCE}{token_id}" for token_id in rows]
+
+
+def revoke_reference(ctx: ServerContext, caller: Principal, reference: str) -> None:
+    """Revoke a user or application token named by ``shoal-token-<id>`` or by its value: the
+    caller's own, or anyone's for an admin. 403 for any other (unknown ones too, so a refusal
+    does not say whether a token exists)."""
+    if caller.kind != "user":
+        raise ApiError(
+            403, "ForbiddenUserError", "Applications are not allowed to do this operation."
+        )
+    token_id = reference.removeprefix(TOKEN_REFERENCE)
+    if token_id != reference and token_id.isdigit():
+        condition = Token.id == int(token_id)
+    else:
+        condition = Token.token_hash == hash_token(reference)
+    with ctx.db.write() as session:
+        row = session.execute(
+            select(Token, User).join(User, User.id == Token.user_id).where(condition)
+        ).first()
+        if (
+            row is None
+            or row[0].kind not in PERSONAL_KINDS
+            or not (manages_others(caller) or row[1].name == caller.user)
+        ):
+            raise ApiError(
+                403,
+                "ForbiddenUserError",
+                f"token {_shown(reference)} is not one of yours; GET /api/v2/tokens lists them",
+            )
+        row[0].revoked_at = row[0].revoked_at or ctx.clock()
+
+
+def revoke_presented(ctx: ServerContext, caller: Principal, token: str) -> None:
+    """Log out: revoke the token this request came with (a user token; 403 for others)."""
+    if caller.kind != "user":
+        raise ApiError(
+            403,
+            "ForbiddenUserError",
+            "Applications are not allowed to do this operation; the token's user revokes it "
+            "(DELETE /api/v2/tokens/{token})",
+        )
+    with ctx.db.write() as session:
+        row = session.scalar(select(Token).where(Token.token_hash == hash_token(token)))
+        if row is not None:
+            row.revoked_at = row.revoked_at or ctx.clock()
+
+
+def manages_others(caller: Principal) -> bool:
+    """Whether the caller manages other users (an admin, with a user token)."""
+    return caller.is_admin and caller.kind == "user"
+
+
+def _shown(reference: str) -> str:
+    """A reference as a message may repeat it: never a whole token value."""
+    return reference if reference.startswith(TOKEN_REFERENCE) else reference[:10] + "..."

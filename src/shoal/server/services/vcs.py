@@ -413,3 +413,62 @@ def _vector_out(vector: ResourceVector) -> dict[str, float]:
         "memoryMiB": float(vector.memory_mib),
         "gpu": float(vector.gpu),
     }
+
+
+# ---- membership: users and groups named in ``members`` (OpenPAI's virtualCluster lists) ----
+
+
+def named_rows(session: Session) -> list[VirtualClusterRow]:
+    """Every VC's row but ``default``'s (whose members are fixed: everyone)."""
+    return [r for r in session.scalars(_ALL_ROWS) if r.name != DEFAULT_VC]
+
+
+def usable_by(rows: list[VirtualClusterRow], names: set[str], admin: bool) -> list[str]:
+    """The VCs whose jobs a user (``names``: their name and groups) may submit, of ``rows``
+    (``named_rows``): every VC for an admin; else ``default``, the VCs open to everyone (no
+    members) and those naming them."""
+    return [DEFAULT_VC] + [r.name for r in rows if admin or not r.members or names & set(r.members)]
+
+
+def set_membership(session: Session, member: str, wanted: list[str]) -> None:
+    """Make ``member`` (a user or group name) usable for exactly the VCs in ``wanted``, as far as
+    members decide it: it is added to the restricted VCs it wants and removed from the others
+    that name it. ``default`` and VCs open to everyone need no change (adding a member would
+    close them to the others); a VC whose last member it is keeps it, since removing it would
+    open the VC to everyone: that is refused (400), changing nothing."""
+    rows = {r.name: r for r in session.scalars(_ALL_ROWS)}
+    unknown = sorted(n for n in set(wanted) if n != DEFAULT_VC and n not in rows)
+    if unknown:
+        raise ApiError(
+            400,
+            "NoVirtualClusterError",
+            f"virtual cluster(s) {', '.join(unknown)} do not exist; "
+            "see GET /api/v2/virtual-clusters",
+        )
+    changes: dict[str, list[str]] = {}
+    for name, row in rows.items():
+        members = list(row.members)
+        if name == DEFAULT_VC or not members:
+            continue
+        if name in wanted and member not in members:
+            changes[name] = [*members, member]
+        elif name not in wanted and member in members:
+            if members == [member]:
+                raise ApiError(
+                    400,
+                    "InvalidParametersError",
+                    f"{member} is the last member of virtual cluster {name}: removing it would "
+                    f"open {name} to everyone; add another member first (shoal vc update {name} "
+                    "--add-member NAME)",
+                )
+            changes[name] = [m for m in members if m != member]
+    for name, members in changes.items():
+        rows[name].members = members
+
+
+def forget_member(session: Session, member: str) -> None:
+    """``member`` (a deleted group) leaves every VC, except one it is the last member of: that VC
+    keeps naming it, so it stays closed to everyone else rather than opening."""
+    for row in session.scalars(_ALL_ROWS):
+        if member in row.members and list(row.members) != [member]:
+            row.members = [m for m in row.members if m != member]
