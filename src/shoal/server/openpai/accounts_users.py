@@ -60,7 +60,7 @@ class _Update(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _bare_fields(cls, value: Any) -> Any:
-        if isinstance(value, dict) and "data" not in value:
+        if isinstance(value, dict) and not {"data", "patch"} & value.keys():
             return {"data": value, "patch": True}
         return value
 
