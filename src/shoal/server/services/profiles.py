@@ -115,7 +115,7 @@ def update_own(
         raise ApiError(
             403, "ForbiddenUserError", "Applications are not allowed to do this operation."
         )
-    if change.admin is not None or change.groups is not None or change.virtual_clusters:
+    if change.admin is not None or change.groups is not None or change.virtual_clusters is not None:
         raise ApiError(403, "ForbiddenUserError", "only admins change admin rights, groups or VCs")
     check_password_rule(change.password)
     with ctx.db.write() as session:

@@ -46,6 +46,11 @@ def check_password(password: str, stored: str | None) -> bool:
     return hmac.compare_digest(candidate, base64.b64decode(digest))
 
 
+def manages_others(caller: Principal) -> bool:
+    """Whether the caller manages other users (an admin, with a user token)."""
+    return caller.is_admin and caller.kind == "user"
+
+
 def require_admin(caller: Principal) -> None:
     if not manages_others(caller):
         raise ApiError(403, "ForbiddenUserError", "only admins (with a user token) may do this")
@@ -373,11 +378,6 @@ def revoke_presented(ctx: ServerContext, caller: Principal, token: str) -> None:
             row.revoked_at = row.revoked_at or ctx.clock()
 
 
-def manages_others(caller: Principal) -> bool:
-    """Whether the caller manages other users (an admin, with a user token)."""
-    return caller.is_admin and caller.kind == "user"
-
-
 def _shown(reference: str) -> str:
-    """A reference as a message may repeat it: never a whole token value."""
-    return reference if reference.startswith(TOKEN_REFERENCE) else reference[:10] + "..."
+    """A reference as a message may repeat it; never any part of a token's value."""
+    return reference if reference.startswith(TOKEN_REFERENCE) else "(the value given)"
