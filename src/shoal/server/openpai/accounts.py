@@ -17,10 +17,10 @@ from fastapi.security import HTTPAuthorizationCredentials
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context, bearer
 from shoal.server.openpai import accounts_groups, accounts_users
-from shoal.server.openpai.accounts_common import OpenPaiRoute, done, user_token_only
+from shoal.server.openpai.accounts_common import done, user_token_only
 from shoal.server.services import users
 
-router = APIRouter(prefix="/api/v2", tags=["openpai"], route_class=OpenPaiRoute)
+router = APIRouter(prefix="/api/v2", tags=["openpai"])
 
 DEFAULT_LOGIN_S = 86400.0
 MIN_LOGIN_S = 60.0

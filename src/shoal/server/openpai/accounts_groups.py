@@ -10,11 +10,11 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from shoal.server.deps import Caller, Context
-from shoal.server.openpai.accounts_common import OpenPaiRoute, done
+from shoal.server.openpai.accounts_common import done
 from shoal.server.services import groups
 from shoal.server.services.groups import Group, GroupChange
 
-router = APIRouter(route_class=OpenPaiRoute)
+router = APIRouter()
 
 
 class GroupIn(BaseModel):

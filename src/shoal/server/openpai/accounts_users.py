@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.openpai.accounts_common import OpenPaiRoute, done
+from shoal.server.openpai.accounts_common import done
 from shoal.server.services import profiles, users
 from shoal.server.services.profiles import NewProfile, Profile, ProfileChange
 
-router = APIRouter(route_class=OpenPaiRoute)
+router = APIRouter()
 
 
 class UserCreate(BaseModel):
