@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 from fastapi.testclient import TestClient
 
+from shoal.server.openpai.exitspec import exit_spec
 from tests.server.openpai.contract import violations
 from tests.server.openpai.test_jobs import GpuAgent, submit
 from tests.server.test_code_and_data import push
@@ -80,3 +81,12 @@ def test_kubernetes_nodes_and_pods_storages_alerts_and_skus(
     missing = pai.get("/api/v2/storages/admin~nothing")
     assert missing.status_code == 404 and missing.json()["code"] == "NoStorageError"
     assert pai.get("/api/v2/alerts").json() == []
+
+
+def test_exit_codes_read_through_openpais_exit_spec() -> None:
+    assert exit_spec(None) is None
+    assert exit_spec(-1001)["phrase"] == "PodNodeLost"  # type: ignore[index]
+    assert exit_spec(137)["phrase"] == "ContainerSigKillReceived"  # type: ignore[index]
+    undefined = exit_spec(-5)
+    assert undefined is not None and undefined["code"] == -5
+    assert undefined["phrase"] == "ContainerUndefinedNegativeExitCode"

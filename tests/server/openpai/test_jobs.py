@@ -78,6 +78,11 @@ def test_a_job_from_submission_to_success(pai: TestClient, pai_home: Path) -> No
     assert status["subState"] == "Completed" and status["executionType"] == "STOP"
     assert status["attemptId"] == 0 and status["appExitCode"] == 0
     assert status["appCompletedTime"] >= status["appCreatedTime"] > 0
+    # exit codes read through OpenPAI's exit spec
+    assert status["appExitSpec"]["phrase"] == "Succeeded"
+    assert status["appExitType"] == "USER_SUCCESS"
+    (ended,) = done["taskRoles"]["worker"]["taskStatuses"]
+    assert ended["containerExitSpec"]["code"] == 0
     # OpenPAI keeps a name for good: the same name again is a conflict, even after the end
     again = submit(pai, "train")
     assert again.status_code == 409 and again.json()["code"] == "ConflictJobError"
@@ -114,6 +119,8 @@ def test_start_runs_an_ended_job_again_as_its_next_attempt(pai: TestClient, pai_
     agent.exit(first, 3)
     failed = wait_state(pai, "admin~again", "FAILED")
     assert failed["jobStatus"]["appExitCode"] == 3
+    spec = failed["jobStatus"]["appExitSpec"]  # a code the spec does not name: its fallback
+    assert spec["code"] == 3 and spec["phrase"] == "PAIRuntimeExitAbnormally"
     start = pai.put("/api/v2/jobs/admin~again/executionType", json={"value": "START"})
     assert start.status_code == 202
     requeued = pai.get("/api/v2/jobs/admin~again").json()["jobStatus"]
@@ -159,6 +166,7 @@ def test_waiting_and_stopped_jobs_and_stop_by_execution_type(
     assert stop.status_code == 202
     stopped = wait_state(pai, "admin~queued", "STOPPED")
     assert stopped["jobStatus"]["executionType"] == "STOP"
+    assert stopped["jobStatus"]["appExitSpec"]["phrase"] == "StopFrameworkRequested"
     bad = pai.put("/api/v2/jobs/admin~queued/executionType", json={"value": "PAUSE"})
     assert bad.status_code == 400 and bad.json()["code"] == "InvalidParametersError"
     assert (

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.core.states import State
+from shoal.server.openpai.exitspec import exit_spec
 from shoal.store.models import Job, Task
 
 FINAL = frozenset({State.SUCCEEDED.value, State.FAILED.value, State.STOPPED.value})
@@ -92,7 +93,7 @@ def container(task: Task, job: Job) -> dict[str, Any]:
         "containerGpus": str(sum(1 << g for g in task.gpu_indices)) if task.gpu_indices else None,
         "containerLog": log_path(task, job),
         "containerExitCode": task.exit_code,
-        "containerExitSpec": {"type": task.exit_class} if task.exit_class else None,
+        "containerExitSpec": exit_spec(task.exit_code),
         "containerExitDiagnostics": task.diagnostics or None,
     }
 
@@ -143,8 +144,9 @@ def detail(session: Session, job: Job, attempt: int, tags: Sequence[str]) -> dic
         appLaunchedTime=ms(min(started)) if started else None,
         appCompletedTime=ms(max(finished)) if finished and not _active(tasks) else None,
         appExitCode=job.exit_code if latest else None,
+        appExitSpec=exit_spec(job.exit_code) if latest else None,
         appExitDiagnostics=job.diagnostics if latest else None,
-        appExitType=job.exit_class if latest else None,
+        appExitType=(exit_spec(job.exit_code) or {}).get("type") if latest else None,
     )
     return {
         "name": job.name,
