@@ -248,3 +248,23 @@ def test_another_users_job_does_not_exist_for_them(
     assert pai.get("/api/v2/jobs/admin~mine", headers=theirs).status_code == 404
     tag = pai.put("/api/v2/jobs/admin~mine/tag", json={"value": "x"}, headers=theirs)
     assert tag.status_code == 404
+
+
+def test_a_running_job_stops_through_stopping(pai: TestClient, pai_home: Path) -> None:
+    agent = GpuAgent(pai, pai_home)
+    assert submit(pai, "long").status_code == 202
+    (order,) = agent.launches(1)
+    wait_state(pai, "admin~long", "RUNNING")
+    assert (
+        pai.put("/api/v2/jobs/admin~long/executionType", json={"value": "STOP"}).status_code == 202
+    )
+    stopping = wait_state(pai, "admin~long", "STOPPING")["jobStatus"]
+    assert stopping["subState"] == "AttemptDeletionPending"
+    assert stopping["executionType"] == "STOP"
+    again = pai.put("/api/v2/jobs/admin~long/executionType", json={"value": "START"})
+    assert again.status_code == 400 and "stopping" in again.json()["message"]
+    agent.exit(order, None, stopped=True)
+    stopped = wait_state(pai, "admin~long", "STOPPED")["jobStatus"]
+    assert stopped["subState"] == "Completed"
+    listed = pai.get("/api/v2/jobs", params={"state": "STOPPED"}).json()
+    assert [job["name"] for job in listed] == ["long"]
