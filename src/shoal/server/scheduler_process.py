@@ -40,9 +40,6 @@ class SchedulerProcess:
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
-        self.restarts = 0  # children started again after one died
-        self.pid: int | None = None  # of the child running now (None: none is)
-        self.ready = threading.Event()  # the child running now has loaded its model
         self.positions = SentPositions()
         self._stopping = threading.Event()
         self._outbox: Outbox | None = None
@@ -102,7 +99,6 @@ class SchedulerProcess:
                 )
             self._stopping.wait(delay)
             delay = min(delay * 2, MAX_DELAY_S)
-            self.restarts += 1
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], Connection]:
         ours, theirs = socket.socketpair()
@@ -120,7 +116,7 @@ class SchedulerProcess:
         outbox.put(("settings", self.ctx.settings))
         outbox.put(WAKE)  # a first cycle at once, whatever happened while none ran
         with self._lock:
-            self._outbox, self._child, self.pid = outbox, child, child.pid
+            self._outbox, self._child = outbox, child
         return child, connection
 
     def _read(self, connection: Connection) -> None:
@@ -143,15 +139,13 @@ class SchedulerProcess:
             self.positions.update(message[1])
         elif kind == "ready":
             log.info("the scheduler process (pid %d) is ready", message[1])
-            self.ready.set()
         else:
             log.warning("the scheduler process sent an unknown message %r", kind)
 
     def _forget(self, child: subprocess.Popen[bytes]) -> None:
         """The child is gone: nothing more will come from it."""
         with self._lock:
-            outbox, self._outbox, self.pid = self._outbox, None, None
-            self.ready.clear()
+            outbox, self._outbox = self._outbox, None
         self.positions.update([])  # none known until the next child sends its own
         if outbox is not None:
             outbox.close(timeout=1.0)

@@ -54,14 +54,11 @@ def task_attempts(
                 f"job {framework} has no task {role}[{index}] in attempt {attempt}",
             )
         status = views.task_status(tasks[-1], job)
-    keep = ("taskIndex", "taskUid", "taskState", "retries", "accountableRetries")
-    times = ("createdTime", "launchedTime", "completedTime")
-    first, last = views.task_status(tasks[0], job), status
+    keep = ("taskIndex", "taskUid", "taskState", "retries", "accountableRetries", "completedTime")
     return {
         **{k: status[k] for k in keep},
-        "createdTime": first["createdTime"],
-        "launchedTime": first["launchedTime"],
-        "completedTime": last["completedTime"] if last["completedTime"] else None,
+        "createdTime": views.ms(tasks[0].created_at),  # the task's first attempt's
+        "launchedTime": views.ms(tasks[0].started_at),
         "username": job.user,
         "jobName": job.name,
         "jobAttemptId": attempt,
@@ -70,17 +67,9 @@ def task_attempts(
             {
                 "attemptId": task.attempt - 1,
                 "attemptState": task.state,
-                **dict(
-                    zip(
-                        (
-                            "currentAttemptCreatedTime",
-                            "currentAttemptLaunchedTime",
-                            "currentAttemptCompletedTime",
-                        ),
-                        (views.task_status(task, job)[t] for t in times),
-                        strict=True,
-                    )
-                ),
+                "currentAttemptCreatedTime": views.ms(task.created_at),
+                "currentAttemptLaunchedTime": views.ms(task.started_at),
+                "currentAttemptCompletedTime": views.ms(task.finished_at),
                 **views.container(task, job),
             }
             for task in tasks

@@ -10,6 +10,7 @@ from sqlalchemy import Select, exists, or_, select
 
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
+from shoal.server.openpai.views import total_gpus, total_tasks
 from shoal.store.models import Job, JobTag
 
 DEFAULT_ORDER = "submissionTime,DESC"
@@ -55,18 +56,14 @@ def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _gpus(job: Job) -> int:
-    return sum(r["instances"] * r["resources"]["gpu"] for r in job.spec.get("roles", []))
-
-
 _FIELDS: dict[str, Callable[[Job], Any]] = {
     "jobName": lambda j: j.name,
     "submissionTime": lambda j: j.seq,  # submission order, without ties
     "username": lambda j: j.user,
     "vc": lambda j: j.virtual_cluster,
     "retries": lambda j: j.retries_user + j.retries_platform + j.retries_resource,
-    "totalTaskNumber": lambda j: sum(r["instances"] for r in j.spec.get("roles", [])),
-    "totalGpuNumber": _gpus,
+    "totalTaskNumber": total_tasks,
+    "totalGpuNumber": total_gpus,
     "state": lambda j: j.state,
     "completionTime": lambda j: j.completed_at,
 }

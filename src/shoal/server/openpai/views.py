@@ -37,8 +37,15 @@ def sub_state(job: Job, tasks: Sequence[Task] = ()) -> str:
     return "AttemptCompleted" if job.attempt > 0 else "AttemptCreationPending"
 
 
+def total_gpus(job: Job) -> int:
+    return sum(r["instances"] * r["resources"]["gpu"] for r in job.spec.get("roles", []))
+
+
+def total_tasks(job: Job) -> int:
+    return sum(r["instances"] for r in job.spec.get("roles", []))
+
+
 def summary(job: Job, tags: Sequence[str] = ()) -> dict[str, Any]:
-    roles = job.spec.get("roles", [])
     return {
         "name": job.name,
         "username": job.user,
@@ -59,9 +66,9 @@ def summary(job: Job, tags: Sequence[str] = ()) -> dict[str, Any]:
         "completedTime": ms(job.completed_at),
         "appExitCode": job.exit_code,
         "virtualCluster": job.virtual_cluster,
-        "totalGpuNumber": sum(r["instances"] * r["resources"]["gpu"] for r in roles),
-        "totalTaskNumber": sum(r["instances"] for r in roles),
-        "totalTaskRoleNumber": len(roles),
+        "totalGpuNumber": total_gpus(job),
+        "totalTaskNumber": total_tasks(job),
+        "totalTaskRoleNumber": len(job.spec.get("roles", [])),
         "debugId": job.id,
     }
 
