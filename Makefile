@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps wheelhouse run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
+.PHONY: setup setup-runtime system-deps containers wheelhouse run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -74,6 +74,12 @@ system-deps:
 		fi; \
 	fi
 
+# podman, crun and runc, the two per-boot fixes and the cached test images (docs/containers.md):
+# container jobs and their tests need them; without apt-get or root it says so and the container
+# tests are skipped with the reason.
+containers:
+	@scripts/containers-setup.sh
+
 $(TORCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) \
 		|| echo "torch==$(TORCH_VERSION) could not be installed: the DDP example test will be skipped"
@@ -102,7 +108,7 @@ format: setup
 	$(BIN)/ruff format src tests bench
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
-test: lint $(TORCH_STAMP) system-deps
+test: lint $(TORCH_STAMP) system-deps containers
 	$(BIN)/python -m pytest -q -n 2
 
 test-fast: lint

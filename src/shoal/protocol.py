@@ -113,6 +113,11 @@ class AgentNode(BaseModel):
     labels: dict[str, str] | None = Field(
         None, description="The node's labels (given at join); None: keep those stored."
     )
+    unsupported: dict[str, str] | None = Field(
+        None,
+        description="What this node cannot do, with why: the runtime 'container' and the limits "
+        "'memory', 'cpu', 'pids', 'shm'. None: an agent that does not say (keep those stored).",
+    )
 
 
 class RunningReport(BaseModel):
@@ -187,6 +192,30 @@ class DataMount(BaseModel):
     size: int
 
 
+class TaskLimits(BaseModel):
+    """What a task is held to (cgroups in both runtimes; docs/containers.md)."""
+
+    cpu_millis: int = Field(description="CPU quota (CFS): 500 is half a CPU.")
+    memory_mib: int = Field(description="Memory, and memory plus swap: an OOM kill beyond it.")
+    pids: int = Field(description="The most processes and threads the task may have at once.")
+    shm_mib: int | None = Field(None, description="/dev/shm size; None: the runtime's default.")
+    gpu_indices: list[int] = Field(default_factory=list, description="The GPUs it may see.")
+
+
+class ImageRef(BaseModel):
+    """A pushed image a container task runs (``shoal image push``)."""
+
+    name: str = Field(description="As the job named it (NAME:TAG).")
+    image_id: str = Field(description="The image's ID: the sha256 of its config, hex.")
+    blob_sha256: str = Field(description="The pushed archive's sha256: how agents fetch it.")
+    size: int = Field(description="The archive's size in bytes.")
+
+
+def image_blob_path(attempt_id: str, sha256: str) -> str:
+    """Where an agent downloads the image archive of an attempt it was told to launch."""
+    return f"/api/v1/agent/attempts/{attempt_id}/image/{sha256}"
+
+
 class LaunchOrder(BaseModel):
     attempt_id: str
     job_id: str
@@ -220,6 +249,9 @@ class LaunchOrder(BaseModel):
         default_factory=dict, description="The task's ports by label, probed before launch."
     )
     epoch: int = Field(description="The node's epoch: it rises each time the node goes NOT_READY.")
+    runtime: Literal["process", "container"] = "process"
+    image: ImageRef | None = Field(None, description="The image of a container task.")
+    limits: TaskLimits | None = Field(None, description="None: an order from an older server.")
 
 
 class OrdersResponse(BaseModel):

@@ -129,6 +129,7 @@ def test_sample_parses_through_the_loader() -> None:
         "gpu_type": "K80",
         "ports": {"grpc": 1},
         "shm_mib": 64,
+        "pids": None,
     }
     assert worker.resources.model_dump() == {
         "cpu_millis": 4000,
@@ -137,6 +138,7 @@ def test_sample_parses_through_the_loader() -> None:
         "gpu_type": "K80",
         "ports": {"grpc": 1, "tensorboard": 1},
         "shm_mib": 2048,
+        "pids": None,
     }
     assert {ps.image, worker.image} == {"openpai/pai.example.tensorflow:stable"}
     assert ps.completion == Completion(min_failed=1, min_succeeded=None)

@@ -19,6 +19,7 @@ MAX_INSTANCES_PER_ROLE = 10_000
 MAX_TASKS_PER_JOB = 20_000
 MAX_PORTS_PER_LABEL = 64
 MAX_RETRIES = 1_000
+MAX_PIDS = 4_194_304  # the kernel's pid_max ceiling
 
 
 class SourceFormat(StrEnum):
@@ -26,6 +27,13 @@ class SourceFormat(StrEnum):
     PAI_V2 = "pai"
     PAI_V1 = "pai-v1"
     MARO = "maro"
+
+
+class Runtime(StrEnum):
+    """How an agent runs a job's tasks (docs/containers.md)."""
+
+    PROCESS = "process"  # child processes of the agent, held to their limits by cgroups
+    CONTAINER = "container"  # OCI containers (podman) from the role's image
 
 
 class PriorityClass(StrEnum):
@@ -56,6 +64,7 @@ class Resources(BaseModel):
     gpu_type: str | None = None
     ports: dict[str, int] = Field(default_factory=dict)
     shm_mib: int | None = None
+    pids: Annotated[int, Field(ge=8, le=MAX_PIDS)] | None = None  # None: the agent's default
 
 
 class Completion(BaseModel):
@@ -94,6 +103,7 @@ class JobSpec(BaseModel):
     description: str | None = None
     virtual_cluster: str | None = None
     priority_class: PriorityClass = PriorityClass.TEST
+    runtime: Runtime | None = None  # None: the server's default runtime
     gang: bool = True
     job_retry_count: int = 0
     max_runtime_s: int | None = None

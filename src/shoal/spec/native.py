@@ -14,12 +14,14 @@ from shoal.spec.errors import ProblemCollector, SpecError
 from shoal.spec.model import (
     MAX_GPUS_PER_INSTANCE,
     MAX_INSTANCES_PER_ROLE,
+    MAX_PIDS,
     MAX_PORTS_PER_LABEL,
     MAX_RETRIES,
     Completion,
     JobSpec,
     PriorityClass,
     Resources,
+    Runtime,
     SourceFormat,
     TaskRoleSpec,
 )
@@ -54,6 +56,7 @@ class RawResources(BaseModel):
         default_factory=dict
     )
     shm: int | str | None = None
+    pids: Annotated[int, Field(ge=8, le=MAX_PIDS)] | None = None
 
 
 class RawCompletion(BaseModel):
@@ -84,6 +87,7 @@ class RawNativeJob(BaseModel):
     description: str | None = None
     vc: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     priority: Literal["crit", "prod", "test", "oppo"] = "test"
+    runtime: Literal["process", "container"] | None = None
     gang: bool = True
     retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] = 0
     max_runtime: int | str | None = None
@@ -131,6 +135,7 @@ def read_native(
         description=raw.description,
         virtual_cluster=raw.vc,
         priority_class=PriorityClass(raw.priority),
+        runtime=None if raw.runtime is None else Runtime(raw.runtime),
         gang=raw.gang,
         job_retry_count=raw.retries,
         max_runtime_s=max_runtime,
@@ -172,6 +177,7 @@ def _role(
         gpu_type=res.gpu_type,
         ports=dict(res.ports),
         shm_mib=None if res.shm is None else reader.memory(res.shm, f"{base}.resources.shm"),
+        pids=res.pids,
     )
     command = raw.command if isinstance(raw.command, str) else "\n".join(raw.command)
     rendered = render(command, {"params": parameters}, NATIVE_TOKEN)

@@ -79,6 +79,8 @@ class Node(Base):
     registered_at: Mapped[float] = mapped_column(Float)
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+    # what the agent cannot do here, with why: "container", "memory", "cpu", "pids", "shm"
+    unsupported: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
 
 
 class JoinTokenRow(Base):

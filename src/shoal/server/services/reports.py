@@ -302,6 +302,7 @@ def _upsert_node(
                 usage=dict(report.usage),
                 agent_version=agent_version,
                 labels=dict(report.labels or {}),
+                unsupported=dict(report.unsupported or {}),
             )
         )
         record_node_event(session, report.name, now, "registered", "joined: its agent reports")
@@ -319,6 +320,8 @@ def _upsert_node(
         node.busy_ports = list(report.busy_ports)
     if report.labels is not None and dict(node.labels or {}) != report.labels:
         node.labels = dict(report.labels)
+    if report.unsupported is not None and dict(node.unsupported or {}) != report.unsupported:
+        node.unsupported = dict(report.unsupported)
     if came_back or node.last_seen < now - refresh_s:
         node.last_seen, node.usage = now, dict(report.usage)
     return came_back
