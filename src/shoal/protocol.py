@@ -153,6 +153,10 @@ class ExitReport(BaseModel):
     started_at: float | None = None
     finished_at: float
     usage: dict[str, Any] = Field(default_factory=dict)
+    oom_killed: bool = Field(
+        False, description="The memory limit's OOM killer ended the task's command."
+    )
+    oom_kills: int = Field(0, description="Processes of the task the OOM killer ended.")
 
 
 class ReportRequest(BaseModel):
@@ -190,6 +194,9 @@ class DataMount(BaseModel):
     sha256: str
     kind: Literal["file", "dir"] = Field(description="dir: the blob is a tar of the directory.")
     size: int
+
+
+DEFAULT_TASK_PIDS = 4096  # a task's processes and threads when its role does not say
 
 
 class TaskLimits(BaseModel):

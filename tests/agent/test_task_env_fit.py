@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.agent.runner import fit_to_this_machine
+from shoal.agent.environment import fit_to_this_machine
 
 
 def test_the_submitters_path_keeps_what_exists_here(

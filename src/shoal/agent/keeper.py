@@ -1,9 +1,11 @@
 """The keeper: the first process of every task attempt, between the agent and the task's command.
 
-Run by the agent as a script (``python -I -S keeper.py ATTEMPT_DIR LEASE_FILE GRACE -- ARGV...``)
+Run by the agent as a script (``python -I -S keeper.py ATTEMPT_DIR LEASE_FILE GRACE JOIN -- ARGV``)
 in the attempt's own session, it imports nothing but the standard library. It
 
-* runs ARGV as its child and waits for it;
+* runs ARGV as its child and waits for it; the child first joins the task's cgroup (JOIN: the
+  ``cgroup.procs`` files, ``:``-separated, or ``-``), so the task is limited from its first
+  instruction while the keeper itself stays outside (no task limit can kill the keeper);
 * survives SIGTERM (a handler, not an ignored signal, so the child does not inherit it: the
   TERM sent to the whole process group reaches the task, and the keeper stays to record its end);
 * writes how the child ended to ``ATTEMPT_DIR/exit.json`` (atomically), so the exit code outlives
@@ -83,15 +85,27 @@ def watch(child: int, lease_file: str, grace: float) -> tuple[float | None, bool
             return fenced_at, False
 
 
+def join_cgroup(join: str) -> None:
+    """Move this process into each of the task's cgroups (in the child, before exec)."""
+    for procs in join.split(":") if join != "-" else ():
+        try:
+            with open(procs, "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as exc:
+            os.write(2, f"shoal: could not join the task's cgroup ({procs}: {exc})\n".encode())
+            os._exit(125)
+
+
 def main(argv: list[str]) -> int:
-    attempt_dir, lease_file, grace = argv[1], argv[2], float(argv[3])
-    command = argv[5:]
+    attempt_dir, lease_file, grace, join = argv[1], argv[2], float(argv[3]), argv[4]
+    command = argv[6:]
     _signal.signal(SIGTERM, lambda *_: None)  # a handler: exec resets it in the child
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WAITED)
     child = os.fork()
     if child == 0:
         _signal.signal(SIGTERM, _signal.SIG_DFL)
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, WAITED)  # a blocked mask survives exec
+        join_cgroup(join)
         try:
             os.execv(command[0], command)
         finally:

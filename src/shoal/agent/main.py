@@ -331,6 +331,7 @@ class Agent:
     def _node_reports(self) -> list[AgentNode]:
         own = self.runner.own_ports()
         busy = self.runner.busy_ports
+        unsupported = self.runner.unsupported()
         return [
             AgentNode(
                 name=n.name,
@@ -343,6 +344,7 @@ class Agent:
                 port_high=n.port_high,
                 busy_ports=busy.busy(n.port_low, n.port_high, own),
                 labels=n.labels,
+                unsupported=unsupported,
             )
             for n in self.nodes
         ]

@@ -32,8 +32,12 @@ class Ended:
     usage: dict[str, float]
 
 
-def keeper_argv(attempt_dir: Path, lease: Path, grace: float, argv: list[str]) -> list[str]:
-    return [*KEEPER, str(attempt_dir), str(lease), f"{grace:g}", "--", *argv]
+def keeper_argv(
+    attempt_dir: Path, lease: Path, grace: float, argv: list[str], join: list[str] | None = None
+) -> list[str]:
+    """``join``: the cgroup.procs files the task's command joins before it starts."""
+    joined = ":".join(join) if join else "-"
+    return [*KEEPER, str(attempt_dir), str(lease), f"{grace:g}", joined, "--", *argv]
 
 
 def signal_group(pid: int, signo: int) -> None:

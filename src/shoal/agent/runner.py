@@ -9,19 +9,24 @@ so an agent started again on the same home re-adopts the attempts still running 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
-from shoal.agent.cache import DATA_DIR, NodeCache
+from shoal.agent.cache import NodeCache
+from shoal.agent.cgroups import TaskCgroup
+from shoal.agent.environment import (
+    contract_environment,
+    process_environment,
+    shell_argv,
+    start_dir,
+)
 from shoal.agent.journal import Found, Journal, SavedAttempt, create_time_of
+from shoal.agent.limits import TaskLimiter, oom_verdict
 from shoal.agent.ports import BusyPorts, PortTaken, probe
 from shoal.agent.processes import (
     Ended,
@@ -32,13 +37,12 @@ from shoal.agent.processes import (
     signal_group,
     tree_usage,
 )
-from shoal.protocol import ExitReport, LaunchOrder, RunningReport, fill_in
+from shoal.agent.runtimes import LaunchRefused, Runtime, TaskSetup
+from shoal.agent.runtimes.container import ContainerRuntime, LocalImages
+from shoal.agent.runtimes.process import ProcessRuntime, shm_unsupported
+from shoal.protocol import ExitReport, LaunchOrder, RunningReport
 
 log = logging.getLogger("shoal.agent")
-SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
-PASSED_THROUGH = ("HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "TMPDIR", "TZ")
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-COMMAND_VARIABLE = "SHOAL_COMMAND_WITH_SECRETS"
 
 
 @dataclass
@@ -60,6 +64,8 @@ class Attempt:
     usage: dict[str, float] = field(default_factory=dict)
     busy_port: int | None = None  # the launch was refused: this port of the task was taken
     adopted: bool = False  # started by an earlier run of this agent
+    cgroup: TaskCgroup | None = None  # its limits and usage (None: this node limits nothing)
+    setup: TaskSetup | None = None  # as launched by this run of the agent
 
     @property
     def attempt_id(self) -> str:
@@ -86,25 +92,28 @@ class Attempt:
         return self.log_dir / stream
 
 
-def fit_to_this_machine(inherited: dict[str, str]) -> dict[str, str]:
-    """The submitter's variables, as far as they hold on this machine: PATH keeps only the
-    directories that exist here (then this machine's PATH after them), and a HOME that does not
-    exist here is dropped (the task's directory stands in). On the submitter's own machine, or on
-    a shared filesystem, nothing changes; on another machine the task gets a working PATH."""
-    env = dict(inherited)
-    if "PATH" in env:
-        kept = [d for d in env["PATH"].split(":") if d and os.path.isdir(d)]
-        local = os.environ.get("PATH", DEFAULT_PATH).split(":")
-        env["PATH"] = ":".join(dict.fromkeys([*kept, *local]))
-    if "HOME" in env and not os.path.isdir(env["HOME"]):
-        del env["HOME"]
-    return env
+def default_runtimes(home: Path) -> dict[str, Runtime]:
+    """The process runtime, and the container runtime with the images already in podman."""
+    scratch = home / "podman"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return {
+        "process": ProcessRuntime(shm_unsupported()),
+        "container": ContainerRuntime(LocalImages(scratch), scratch),
+    }
 
 
 class Runner:
-    def __init__(self, home: Path, cache: NodeCache) -> None:
+    def __init__(
+        self,
+        home: Path,
+        cache: NodeCache,
+        runtimes: dict[str, Runtime] | None = None,
+        limiter: TaskLimiter | None = None,
+    ) -> None:
         self.home = home
         self.cache = cache  # code archives and data sets, by sha256
+        self.runtimes = runtimes if runtimes is not None else default_runtimes(home)
+        self.limiter = limiter if limiter is not None else TaskLimiter(home)
         self.lock = threading.RLock()
         self.attempts: dict[str, Attempt] = {}
         self.orphan_exits: dict[str, ExitReport] = {}  # kills of attempts never launched here
@@ -146,6 +155,7 @@ class Runner:
             self._start(attempt)
         except Exception as exc:  # any launch problem is a platform failure, reported as such
             log.warning("launch of %s failed: %s", order.attempt_id, exc)
+            self._release(attempt)
             self._finish(attempt, None, None, launch_error=str(exc))
 
     def _refuse(self, attempt: Attempt, taken: PortTaken) -> None:
@@ -173,6 +183,7 @@ class Runner:
             )
             if saved.deadline_at is not None:
                 attempt.deadline = time.monotonic() + saved.deadline_at - time.time()
+            attempt.cgroup = self.limiter.find(self.journal.dir(saved.order.attempt_id))
             state = self.journal.find(saved)
             attempt.pid, attempt.create_time = saved.pid, saved.create_time
             if state is Found.RUNNING:
@@ -202,6 +213,9 @@ class Runner:
 
     def _start(self, attempt: Attempt) -> None:
         order = attempt.order
+        runtime = self.runtimes.get(order.runtime)
+        if runtime is None:
+            raise LaunchRefused(f"this agent has no {order.runtime} runtime")
         if attempt.workdir.exists():
             shutil.rmtree(attempt.workdir)
         attempt.workdir.mkdir(parents=True)
@@ -212,19 +226,35 @@ class Runner:
         meta.mkdir(exist_ok=True)
         self.cache.data_dir(order, attempt.workdir)  # $SHOAL_DATA_DIR, fetched first
         (meta / "hostfile").write_text(order.hostfile)
-        env = self._environment(order, attempt.workdir)
-        grace = order.kill_grace_s
+        if order.runtime == "process":
+            env = process_environment(order, attempt.workdir)
+        else:
+            env = contract_environment(order, attempt.workdir)
         attempt_dir = self.journal.dir(attempt.attempt_id)
-        argv = keeper_argv(attempt_dir, self.journal.lease_path, grace, _shell_argv(order, env))
+        if order.limits is not None:
+            attempt.cgroup = self.limiter.create(attempt.attempt_id, order.limits, attempt_dir)
         with (
             open(attempt.log_path("stdout"), "wb") as out,
             open(attempt.log_path("stderr"), "wb") as err,
         ):
-            cwd = _start_dir(order, attempt.workdir, err)
-            attempt.proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
+            err.write(self.limiter.notice(order.limits, self._refused_by(runtime)).encode())
+            err.flush()
+            attempt.setup = TaskSetup(
+                order=order,
+                workdir=attempt.workdir,
+                start_dir=start_dir(order, attempt.workdir, err),
+                attempt_dir=attempt_dir,
                 env=env,
+                shell_argv=shell_argv(order, env),
+                cgroup=attempt.cgroup,
+                data_root=self.cache.root,
+            )
+            launch = runtime.prepare(attempt.setup)
+            grace, lease = order.kill_grace_s, self.journal.lease_path
+            attempt.proc = subprocess.Popen(
+                keeper_argv(attempt_dir, lease, grace, launch.argv, launch.join),
+                cwd=launch.cwd,
+                env=launch.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -237,22 +267,21 @@ class Runner:
             attempt.deadline = time.monotonic() + order.deadline_s
         self.journal.save(attempt.saved())
 
-    def _environment(self, order: LaunchOrder, workdir: Path) -> dict[str, str]:
-        """The submitter's variables if the job carries them, else the agent's minimal set with
-        its own Python first on PATH; then the job's env and the env contract over them."""
-        if order.inherited_env is not None:
-            env = fit_to_this_machine(order.inherited_env)
-            env.setdefault("PATH", os.environ.get("PATH", DEFAULT_PATH))
-        else:
-            env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
-            own_bin = str(Path(sys.executable).parent)
-            env["PATH"] = f"{own_bin}:{os.environ.get('PATH', DEFAULT_PATH)}"
-        env.update(order.env)
-        env["SHOAL_HOSTFILE"] = str(workdir / ".shoal" / "hostfile")
-        env["SHOAL_WORKDIR"] = str(workdir)
-        env["SHOAL_DATA_DIR"] = str(workdir / ".shoal" / DATA_DIR)
-        env.setdefault("HOME", str(workdir))
-        return env
+    def _refused_by(self, runtime: Runtime) -> dict[str, str]:
+        """Limits the runtime cannot hold here (the process runtime's sized /dev/shm)."""
+        if isinstance(runtime, ProcessRuntime) and runtime.shm_refused is not None:
+            return {"shm": runtime.shm_refused}
+        return {}
+
+    def unsupported(self) -> dict[str, str]:
+        """What this node cannot do, with why: runtimes and limits (the node reports it)."""
+        found = dict(self.limiter.unsupported)
+        for name, runtime in self.runtimes.items():
+            problem = runtime.unavailable()
+            if problem is not None:
+                found[name] = problem
+        found.update(self._refused_by(self.runtimes.get("process", ProcessRuntime(None))))
+        return found
 
     # ---- stopping ----
 
@@ -318,8 +347,16 @@ class Runner:
                 self._terminate(attempt)
             grace = attempt.order.kill_grace_s
             if attempt.term_sent_at is not None and now - attempt.term_sent_at >= grace:
-                signal_group(attempt.pid, signal.SIGKILL)
+                self._kill_hard(attempt)
         return changed
+
+    def _kill_hard(self, attempt: Attempt) -> None:
+        """SIGKILL the task's process group and everything in its cgroup (a container's
+        processes are not in the group)."""
+        if attempt.pid is not None:
+            signal_group(attempt.pid, signal.SIGKILL)
+        if attempt.cgroup is not None:
+            attempt.cgroup.kill_all()
 
     def _ended(self, attempt: Attempt) -> Ended | None:
         """How the attempt ended, once its keeper has ended (a child) or written its record
@@ -336,8 +373,40 @@ class Runner:
         return ended_from(record, None, attempt.usage)
 
     def _finish_with(self, attempt: Attempt, ended: Ended) -> None:
-        attempt.usage = ended.usage
-        self._finish(attempt, ended.exit_code, ended.signal, fenced=ended.fenced)
+        """Record how the attempt ended, with its cgroup's last figures (peak memory, CPU time,
+        OOM kills), then end whatever it left behind."""
+        usage, exit_code, signo = ended.usage, ended.exit_code, ended.signal
+        runtime = self.runtimes.get(attempt.order.runtime)
+        launch_error = None
+        if runtime is not None:
+            launch_error = runtime.launch_error(self.journal.dir(attempt.attempt_id))
+            if exit_code is not None and (translated := runtime.exit_signal(exit_code)):
+                exit_code, signo = None, translated
+        if attempt.cgroup is not None:
+            usage = self.limiter.usage(attempt.cgroup, attempt.order.limits, usage)
+        attempt.usage = usage
+        oom_killed, oom_kills = oom_verdict(usage, exit_code, signo)
+        self._release(attempt)
+        if launch_error is not None:
+            self._finish(attempt, None, None, launch_error=launch_error)
+            return
+        self._finish(attempt, exit_code, signo, fenced=ended.fenced)
+        assert attempt.exit is not None
+        attempt.exit = attempt.exit.model_copy(
+            update={"oom_killed": oom_killed, "oom_kills": oom_kills}
+        )
+
+    def _release(self, attempt: Attempt) -> None:
+        """End what the attempt left outside its process group (a container, a process in its
+        cgroup) and remove its cgroup."""
+        runtime = self.runtimes.get(attempt.order.runtime)
+        if runtime is not None:
+            try:
+                runtime.cleanup(attempt.attempt_id)
+            except Exception as exc:  # cleanup must not stop the exit from being reported
+                log.warning("cleanup of %s failed: %s", attempt.attempt_id, exc)
+        if attempt.cgroup is not None:
+            self.limiter.release(attempt.cgroup)
 
     def _finish(
         self,
@@ -369,7 +438,11 @@ class Runner:
             live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]
         for attempt in live:
             assert attempt.pid is not None
-            attempt.usage = tree_usage(attempt.pid, attempt.usage)
+            if attempt.cgroup is not None:
+                limits = attempt.order.limits
+                attempt.usage = self.limiter.usage(attempt.cgroup, limits, attempt.usage)
+            else:
+                attempt.usage = tree_usage(attempt.pid, attempt.usage)
 
     # ---- reporting ----
 
@@ -424,8 +497,7 @@ class Runner:
                 break
             time.sleep(0.05)
         for attempt in live:
-            if attempt.pid is not None:
-                signal_group(attempt.pid, signal.SIGKILL)
+            self._kill_hard(attempt)
             if attempt.proc is not None:
                 attempt.proc.wait()
             elif attempt.pid is not None:
@@ -447,29 +519,3 @@ class Runner:
                     attempt.exit = report  # as that run saw it end (e.g. its own shutdown)
                 elif attempt is None:
                     self.orphan_exits.setdefault(report.attempt_id, report)
-
-
-def _shell_argv(order: LaunchOrder, env: dict[str, str]) -> list[str]:
-    """``bash -c COMMAND``. A command with secrets is filled in here and handed to the shell
-    through the environment (readable only by the task's own user, unlike the command line that
-    ``ps`` shows to everyone) and unset before it runs; it is never stored or logged."""
-    if not order.secrets:
-        return [SHELL, "-c", order.command]
-    env[COMMAND_VARIABLE] = fill_in(order.command, order.secrets)
-    return [SHELL, "-c", f'eval "unset {COMMAND_VARIABLE}; ${COMMAND_VARIABLE}"']
-
-
-def _start_dir(order: LaunchOrder, private: Path, stderr: BinaryIO) -> Path:
-    """The directory the job was submitted from, for a job without code, if it exists here;
-    otherwise the task's private directory (said on the task's stderr)."""
-    if order.workdir is None or order.has_code:
-        return private
-    wanted = Path(order.workdir)
-    if wanted.is_dir():
-        return wanted
-    stderr.write(
-        f"shoal: {wanted}, where the job was submitted from, does not exist on this node; "
-        f"the task starts in {private}\n".encode()
-    )
-    stderr.flush()
-    return private

@@ -22,6 +22,7 @@ class ExitClass(StrEnum):
     TIMEOUT = "TIMEOUT"  # the job's max runtime was reached
     PLATFORM_FAILURE = "PLATFORM_FAILURE"  # could not launch, node lost, agent lost the process
     PREEMPTED = "PREEMPTED"  # its resources were reclaimed for another job
+    OOM = "OOM"  # killed by its memory limit (the role's memory)
 
 
 # OpenPAI-compatible exit codes for the non-user classes (k8s-job-exit-spec.yaml).
@@ -30,9 +31,11 @@ EXIT_CODES = {
     ExitClass.TIMEOUT: -220,  # FrameworkAttemptCompletion (stopped by the platform, on time)
     ExitClass.PLATFORM_FAILURE: -1001,  # PodNodeLost
     ExitClass.PREEMPTED: -7120,  # CONTAINER_PREEMPTED (YARN era)
+    ExitClass.OOM: -1200,  # UserContainerDockerOOMKilled
 }
 
-RETRYABLE = frozenset({ExitClass.USER_FAILURE, ExitClass.PLATFORM_FAILURE})
+# OpenPAI never retries -1200; here the job's own retry policy decides, as for any failure.
+RETRYABLE = frozenset({ExitClass.USER_FAILURE, ExitClass.PLATFORM_FAILURE, ExitClass.OOM})
 
 SHUTDOWN = "shut down (`shoal down`, or the agent process was stopped)"
 
@@ -53,6 +56,10 @@ class ProcessExit:
     lost: bool = False
     agent_shutdown: bool = False
     fenced: bool = False  # its agent stopped it: no report acknowledged within the lease
+    oom_killed: bool = False  # the memory limit's OOM killer ended the task's command
+    oom_kills: int = 0  # processes of the task the memory limit's OOM killer ended
+    memory_limit_mib: int | None = None
+    peak_memory_mib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,8 @@ def classify_exit(result: ProcessExit, *, preempting: bool = False) -> ExitClass
         return ExitClass.TIMEOUT
     if result.stop_requested or result.agent_shutdown:
         return ExitClass.PREEMPTED if preempting else ExitClass.STOPPED
+    if result.oom_killed:
+        return ExitClass.OOM
     if result.exit_code == 0:
         return ExitClass.SUCCEEDED
     return ExitClass.USER_FAILURE
@@ -113,8 +122,26 @@ def _task_diagnostics(result: ProcessExit, exit_class: ExitClass) -> str:
     }.get(exit_class, "")
     if exit_class is ExitClass.STOPPED:
         cause = f"stopped because its agent {SHUTDOWN}" if result.agent_shutdown else ""
+    if exit_class is ExitClass.OOM or result.oom_kills:
+        cause = "; ".join(part for part in (cause, memory_diagnostic(result)) if part)
     killed = f"killed by signal {result.signal}" if result.signal is not None else ""
     return "; ".join(part for part in (cause, killed) if part)
+
+
+def memory_diagnostic(result: ProcessExit) -> str:
+    """What the memory limit did, with the limit and the peak, and what to do about it."""
+    limit = f" of {result.memory_limit_mib} MiB" if result.memory_limit_mib else ""
+    peak = (
+        f" (peak use {result.peak_memory_mib:.1f} MiB)"
+        if result.peak_memory_mib is not None
+        else ""
+    )
+    if result.oom_killed:
+        what = f"killed by its memory limit{limit}{peak}"
+    else:
+        count = "a process" if result.oom_kills == 1 else f"{result.oom_kills} processes"
+        what = f"{count} of the task killed by its memory limit{limit}{peak}"
+    return f"{what}: give the role more memory (resources.memory / memoryMB) or use less"
 
 
 def end_task(result: ProcessExit, *, preempting: bool = False) -> TaskEnd:

@@ -16,12 +16,14 @@ from shoal.core.resources import ResourceVector
 from shoal.core.states import State
 from shoal.planning import env_job
 from shoal.protocol import (
+    DEFAULT_TASK_PIDS,
     DataMount,
     LaunchOrder,
     OrdersRequest,
     OrdersResponse,
     ReportRequest,
     ReportResponse,
+    TaskLimits,
 )
 from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
@@ -31,7 +33,7 @@ from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.node_life import change_node
 from shoal.server.services.reports import apply_report, node_epochs
 from shoal.server.services.snapshot import spec_of
-from shoal.spec.model import SourceFormat
+from shoal.spec.model import Resources, Runtime, SourceFormat
 from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
 from shoal.store.models import Job, Node, Task
 
@@ -140,6 +142,19 @@ def _launch_order(
         workdir=None if job.has_code else job.submit_dir,
         ports={label: list(ports) for label, ports in task.ports},
         epoch=epoch,
+        runtime=(spec.runtime or Runtime.PROCESS).value,
+        limits=_limits(task, spec.role(task.role).resources),
+    )
+
+
+def _limits(task: Task, resources: Resources) -> TaskLimits:
+    """What the task is held to: what was reserved for it on its node."""
+    return TaskLimits(
+        cpu_millis=task.cpu_millis,
+        memory_mib=task.memory_mib,
+        pids=resources.pids or DEFAULT_TASK_PIDS,
+        shm_mib=resources.shm_mib,
+        gpu_indices=list(task.gpu_indices),
     )
 
 

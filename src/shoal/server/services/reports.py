@@ -155,6 +155,10 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                     report.launch_error,
                     agent_shutdown=report.agent_shutdown,
                     fenced=report.fenced,
+                    oom_killed=report.oom_killed,
+                    oom_kills=report.oom_kills,
+                    memory_limit_mib=_whole(_number(report.usage.get("memoryLimitMiB"))),
+                    peak_memory_mib=_number(report.usage.get("peakMemoryMiB")),
                 )
                 if task.started_at is None and report.started_at is not None:
                     task.started_at = report.started_at
@@ -325,3 +329,14 @@ def _upsert_node(
     if came_back or node.last_seen < now - refresh_s:
         node.last_seen, node.usage = now, dict(report.usage)
     return came_back
+
+
+def _number(value: object) -> float | None:
+    """A number an agent reported in a task's usage, or None."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,212 @@
+"""The container runtime: the task's command in an OCI container from the role's image (podman).
+
+What stays as in the process runtime (docs/containers.md): the env contract (passed with
+``--env``), the attempt's directory (its code, ``.shoal/hostfile``) mounted at the same path and
+the command started in the same directory, the data sets (their links point into the node's
+cache, mounted read-only), the host's network and hostname (so host lists, ports and
+``$SHOAL_*_HOSTS`` stay valid), the GPUs by index (their device nodes, or CDI devices when the node
+has a CDI spec for them), and the cgroup: podman runs with ``--cgroups disabled`` from inside the
+task's cgroup, so the same limits, usage and OOM accounting apply. Where the node cannot make
+cgroups, podman's own ``--cpus/--memory/--pids-limit`` hold the task instead.
+
+podman never pulls (``--pull never``): images come from ``shoal image push`` (the agent loads
+them, shoal.agent.images), so no registry is reached at run time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Protocol
+
+from shoal.agent.runtimes import Launch, LaunchRefused, TaskSetup, container_shim
+from shoal.protocol import LaunchOrder, TaskLimits, fill_in
+
+DEFAULT_SHM_MIB = 512  # OpenPAI's default shmMB for a task's container (podman's own is 64)
+INSTALL_HINT = "run scripts/containers-setup.sh (make containers) on the node"
+SHIM = [sys.executable, "-I", "-S", container_shim.__file__]
+GPU_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+
+class ImageSource(Protocol):
+    def ensure(self, order: LaunchOrder) -> str:
+        """The local image id to run for ``order`` (loaded into podman's store if need be)."""
+
+
+def container_name(attempt_id: str) -> str:
+    return f"shoal-{attempt_id}"
+
+
+def podman_problem(podman: str | None) -> str | None:
+    """Why podman cannot run containers here, or None."""
+    if podman is None:
+        return f"podman is not installed on this node: {INSTALL_HINT}"
+    try:
+        done = subprocess.run(
+            [podman, "info", "--format", "{{.Host.OCIRuntime.Name}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"podman does not answer ({exc}): {INSTALL_HINT}"
+    if done.returncode != 0:
+        return f"podman does not work here ({done.stderr.strip()[-300:]}): {INSTALL_HINT}"
+    return None
+
+
+class ContainerRuntime:
+    name = "container"
+
+    def __init__(self, images: ImageSource, scratch: Path, podman: str | None = None) -> None:
+        self.images = images
+        self.scratch = scratch  # podman's working directory for its own calls
+        self.podman = podman or shutil.which("podman")
+        self._problem: str | None = None
+        self._checked = False
+
+    def unavailable(self) -> str | None:
+        if not self._checked:
+            self._problem, self._checked = podman_problem(self.podman), True
+        return self._problem
+
+    def prepare(self, setup: TaskSetup) -> Launch:
+        problem = self.unavailable()
+        if problem is not None:
+            raise LaunchRefused(f"{problem}, or submit the job with --runtime process")
+        order = setup.order
+        if order.image is None:
+            raise LaunchRefused("a container task needs an image: give the role an image")
+        image_id = self.images.ensure(order)
+        assert self.podman is not None
+        name = container_name(order.attempt_id)
+        run = [self.podman, "run", "--detach", "--name", name, *self._options(setup)]
+        run += [image_id, "/bin/sh", "-c", _command(setup)]
+        join = setup.cgroup.procs_files if setup.cgroup is not None else []
+        argv = [*SHIM, name, ":".join(join) or "-", "--", *run]
+        return Launch(argv=argv, env=_podman_env(), cwd=setup.attempt_dir)
+
+    def _options(self, setup: TaskSetup) -> list[str]:
+        order = setup.order
+        options = ["--pull", "never", "--log-driver", "passthrough", "--network", "host"]
+        options += ["--uts", "host", "--label", f"shoal.attempt={order.attempt_id}"]
+        options += ["--label", f"shoal.job={order.job_id}"]
+        limits = order.limits
+        shm = limits.shm_mib if limits is not None and limits.shm_mib else DEFAULT_SHM_MIB
+        options += ["--shm-size", f"{shm}m"]
+        if setup.cgroup is not None:
+            options += ["--cgroups", "disabled"]  # the task's own cgroup holds it
+        elif limits is not None:
+            options += _podman_limits(limits)
+        for path, mode in _mounts(setup):
+            options += ["--volume", f"{path}:{path}:{mode}"]
+        options += ["--workdir", str(setup.start_dir)]
+        for key, value in setup.env.items():
+            options += ["--env", f"{key}={value}"]
+        if limits is not None:
+            options += _gpu_devices(limits.gpu_indices)
+        return options
+
+    def cleanup(self, attempt_id: str) -> None:
+        if self.podman is None:
+            return
+        subprocess.run(
+            [self.podman, "rm", "--force", "--ignore", "--time", "0", container_name(attempt_id)],
+            cwd=self.scratch,
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+
+    def exec_argv(self, setup: TaskSetup, argv: list[str], tty: bool) -> Launch:
+        assert self.podman is not None
+        name = container_name(setup.order.attempt_id)
+        flags = ["--interactive", "--tty"] if tty else ["--interactive"]
+        run = [self.podman, "exec", *flags, "--workdir", str(setup.start_dir), name, *argv]
+        return Launch(argv=run, env=_podman_env(), cwd=self.scratch)
+
+    def exit_signal(self, exit_code: int) -> int | None:
+        return exit_code - 128 if 128 < exit_code < 160 else None  # podman's 128+signal
+
+    def launch_error(self, attempt_dir: Path) -> str | None:
+        marker = attempt_dir / container_shim.START_FAILED
+        if not marker.exists():
+            return None
+        code = marker.read_text().strip()
+        return f"podman could not start the container (exit {code}): see the task's stderr"
+
+
+def _command(setup: TaskSetup) -> str:
+    """The role's command for the container's /bin/sh. One with secrets is filled in, written
+    to a file only the task's user can read, and read and removed by the shell as it starts:
+    never on a command line or in the container's stored configuration."""
+    order = setup.order
+    if not order.secrets:
+        return order.command
+    secret = setup.workdir / ".shoal" / "command"
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(fill_in(order.command, order.secrets))
+    return f'shoal_command=$(cat {secret}); rm -f {secret}; eval "$shoal_command"'
+
+
+def _mounts(setup: TaskSetup) -> list[tuple[Path, str]]:
+    mounts = [(setup.workdir, "rw")]
+    if setup.start_dir != setup.workdir:  # a job without code starts where it was submitted
+        mounts.append((setup.start_dir, "rw"))
+    if setup.order.data:
+        mounts.append((setup.data_root, "ro"))
+    return mounts
+
+
+def _podman_limits(limits: TaskLimits) -> list[str]:
+    memory = f"{limits.memory_mib}m"
+    return ["--cpus", f"{limits.cpu_millis / 1000:g}", "--memory", memory,
+            "--memory-swap", memory, "--pids-limit", str(limits.pids)]  # fmt: skip
+
+
+def _gpu_devices(indices: list[int]) -> list[str]:
+    """Only the task's GPUs: CDI devices when the node has a CDI spec for them, else the
+    device nodes that exist (none on a machine without GPUs: CUDA_VISIBLE_DEVICES still says)."""
+    if not indices:
+        return []
+    if any(d.is_dir() and any(d.glob("*nvidia*")) for d in CDI_DIRS):
+        return [f"--device=nvidia.com/gpu={i}" for i in indices]
+    nodes = [f"/dev/nvidia{i}" for i in indices]
+    present = [d for d in (*nodes, *GPU_CONTROL_DEVICES) if os.path.exists(d)]
+    return [f"--device={d}" for d in present]
+
+
+def _podman_env() -> dict[str, str]:
+    """podman's own environment: the agent's (its PATH finds conmon and crun)."""
+    return dict(os.environ)
+
+
+class LocalImages:
+    """Images already in this node's podman store, by id: what a runner without a server to
+    fetch pushed images from can run (shoal.agent.images fetches and loads the others)."""
+
+    def __init__(self, scratch: Path, podman: str | None = None) -> None:
+        self.scratch = scratch
+        self.podman = podman or shutil.which("podman")
+
+    def ensure(self, order: LaunchOrder) -> str:
+        assert order.image is not None and self.podman is not None
+        done = subprocess.run(
+            [self.podman, "image", "exists", order.image.image_id],
+            cwd=self.scratch,
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            raise LaunchRefused(
+                f"image {order.image.name} ({order.image.image_id[:12]}) is not on this node: "
+                f"push it with `shoal image push {order.image.name}`"
+            )
+        return order.image.image_id

@@ -1,0 +1,87 @@
+"""The command a container task's keeper runs: start the container, wait for it, pass signals on.
+
+``python -I -S container_shim.py NAME JOIN -- PODMAN RUN-ARGS...`` (standard library only), in the
+attempt's record directory (podman's monitor leaves a file named ``oom`` in its caller's
+directory). It
+
+1. starts the container detached (``podman run -d``, its output passed straight through to this
+   process's stdout and stderr, the task's log files), from a child that first joins the task's
+   cgroup (JOIN, as for the keeper): podman's monitor and so the container stay in it, limited
+   and measured like a process task, while podman's own client (35 MiB) is not charged to the
+   task and goes away once the container runs;
+2. waits for it with ``podman wait`` from outside the cgroup, and exits with its exit code;
+3. on SIGTERM (the keeper's process group is signalled to stop the task), sends SIGTERM to every
+   process in the container, as the process runtime's signal reaches the task's whole process
+   group: to its first process (which, as a container's pid 1, only gets the signals it handles)
+   and, through ``podman exec ... kill -TERM -1``, to all the others. SIGKILL of this process is
+   followed by the agent killing everything in the task's cgroup.
+
+If podman cannot start the container, ``start-failed`` in the working directory holds podman's
+exit code, and podman's error is on the task's stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+START_FAILED = "start-failed"
+
+
+def main(argv: list[str]) -> int:
+    name, join, run = argv[1], argv[2], argv[4:]
+    podman = run[0]
+    started = subprocess.run(
+        run, check=False, stdin=subprocess.DEVNULL, preexec_fn=lambda: _join(join)
+    )
+    if started.returncode != 0:
+        with open(START_FAILED, "w") as handle:
+            handle.write(str(started.returncode))
+        return started.returncode
+
+    def stop(signo: int, _frame: object) -> None:
+        everyone = f"kill -{signo} -1"
+        for command in (
+            [podman, "kill", "--signal", str(signo), name],
+            [podman, "exec", name, "/bin/sh", "-c", everyone],
+        ):  # not waited for here: the wait below goes on
+            subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    waited = subprocess.run(
+        [podman, "wait", name],
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    try:
+        code = int(waited.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        sys.stderr.write(f"shoal: podman wait {name} failed: {waited.stderr.strip()}\n")
+        code = 125
+    subprocess.run(
+        [podman, "rm", "--force", "--ignore", "--time", "0", name],
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+    )
+    return code
+
+
+def _join(join: str) -> None:
+    for procs in join.split(":") if join != "-" else ():
+        with open(procs, "w") as handle:
+            handle.write(str(os.getpid()))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
