@@ -44,7 +44,7 @@ def order(
 ) -> LaunchOrder:
     return LaunchOrder(
         attempt_id=attempt_id,
-        job_id=attempt_id.split(".")[0],
+        job_id=attempt_id.split(".", maxsplit=1)[0],
         role="main",
         index=0,
         node="n0",
@@ -56,9 +56,7 @@ def order(
         epoch=0,
         runtime="container" if image is not None else "process",
         image=image,
-        limits=TaskLimits(
-            cpu_millis=cpu_millis, memory_mib=memory_mib, pids=pids, shm_mib=shm_mib
-        ),
+        limits=TaskLimits(cpu_millis=cpu_millis, memory_mib=memory_mib, pids=pids, shm_mib=shm_mib),
     )
 
 
