@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.agent.limits import instance_name
 from shoal.agent.runtimes.container import container_name, podman_problem
 from shoal.protocol import ImageRef
 from tests.agent.limits_helpers import cgroups_refused, log_text, make_runner, order, run_to_end
@@ -55,7 +56,7 @@ def test_a_container_task_sees_the_contract_its_directory_and_the_hosts_network(
     workdir = runner.attempts["1.1"].workdir
     out = log_text(runner, "1.1", "stdout")
     assert f"role=main dir={workdir} host={socket.gethostname()}" in out
-    assert not containers_named(container_name("1.1"), tmp_path)
+    assert not containers_named(container_name(instance_name(tmp_path), "1.1"), tmp_path)
 
 
 def test_over_the_memory_limit_in_a_container_is_an_oom_kill(tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_a_fork_bomb_in_a_container_stops_at_the_limit_and_stop_leaves_nothing(
         time.sleep(0.05)
     assert attempt.exit.stop_requested
     assert not attempt.cgroup.exists()
-    assert not containers_named(container_name("1.1"), tmp_path)
+    assert not containers_named(container_name(instance_name(tmp_path), "1.1"), tmp_path)
 
 
 def test_stop_reaches_every_process_in_the_container(tmp_path: Path) -> None:

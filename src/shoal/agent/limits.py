@@ -26,10 +26,15 @@ SIGKILL = 9
 KILLED_EXIT = 128 + SIGKILL
 
 
+def instance_name(home: Path) -> str:
+    """This agent's name among others on the machine, the same each time it starts on ``home``:
+    its cgroup directory and its containers' name prefix."""
+    return "shoal-" + hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:10]
+
+
 class TaskLimiter:
     def __init__(self, home: Path, enabled: bool = True) -> None:
-        group = "shoal-" + hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:10]
-        self.host = CgroupHost(group)
+        self.host = CgroupHost(instance_name(home))
         if enabled:
             self.unsupported = self.host.probe(PROBE)
         else:

@@ -26,7 +26,7 @@ from shoal.agent.environment import (
     start_dir,
 )
 from shoal.agent.journal import Found, Journal, SavedAttempt, create_time_of
-from shoal.agent.limits import TaskLimiter, oom_verdict
+from shoal.agent.limits import TaskLimiter, instance_name, oom_verdict
 from shoal.agent.ports import BusyPorts, PortTaken, probe
 from shoal.agent.processes import (
     Ended,
@@ -98,7 +98,7 @@ def default_runtimes(home: Path) -> dict[str, Runtime]:
     scratch.mkdir(parents=True, exist_ok=True)
     return {
         "process": ProcessRuntime(shm_unsupported()),
-        "container": ContainerRuntime(LocalImages(scratch), scratch),
+        "container": ContainerRuntime(LocalImages(scratch), scratch, instance_name(home)),
     }
 
 

@@ -37,8 +37,10 @@ class ImageSource(Protocol):
         """The local image id to run for ``order`` (loaded into podman's store if need be)."""
 
 
-def container_name(attempt_id: str) -> str:
-    return f"shoal-{attempt_id}"
+def container_name(instance: str, attempt_id: str) -> str:
+    """``instance`` tells this agent's containers from another's on the same machine (attempt
+    ids are unique only within one server)."""
+    return f"{instance}-{attempt_id}"
 
 
 def podman_problem(podman: str | None) -> str | None:
@@ -63,8 +65,11 @@ def podman_problem(podman: str | None) -> str | None:
 class ContainerRuntime:
     name = "container"
 
-    def __init__(self, images: ImageSource, scratch: Path, podman: str | None = None) -> None:
+    def __init__(
+        self, images: ImageSource, scratch: Path, instance: str, podman: str | None = None
+    ) -> None:
         self.images = images
+        self.instance = instance
         self.scratch = scratch  # podman's working directory for its own calls
         self.podman = podman or shutil.which("podman")
         self._problem: str | None = None
@@ -84,7 +89,7 @@ class ContainerRuntime:
             raise LaunchRefused("a container task needs an image: give the role an image")
         image_id = self.images.ensure(order)
         assert self.podman is not None
-        name = container_name(order.attempt_id)
+        name = container_name(self.instance, order.attempt_id)
         run = [self.podman, "run", "--detach", "--name", name, *self._options(setup)]
         run += [image_id, "/bin/sh", "-c", _command(setup)]
         join = setup.cgroup.procs_files if setup.cgroup is not None else []
@@ -116,7 +121,15 @@ class ContainerRuntime:
         if self.podman is None:
             return
         subprocess.run(
-            [self.podman, "rm", "--force", "--ignore", "--time", "0", container_name(attempt_id)],
+            [
+                self.podman,
+                "rm",
+                "--force",
+                "--ignore",
+                "--time",
+                "0",
+                container_name(self.instance, attempt_id),
+            ],
             cwd=self.scratch,
             capture_output=True,
             check=False,
@@ -125,7 +138,7 @@ class ContainerRuntime:
 
     def exec_argv(self, setup: TaskSetup, argv: list[str], tty: bool) -> Launch:
         assert self.podman is not None
-        name = container_name(setup.order.attempt_id)
+        name = container_name(self.instance, setup.order.attempt_id)
         flags = ["--interactive", "--tty"] if tty else ["--interactive"]
         run = [self.podman, "exec", *flags, "--workdir", str(setup.start_dir), name, *argv]
         return Launch(argv=run, env=_podman_env(), cwd=self.scratch)
