@@ -215,6 +215,18 @@ def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
             *extra,
         )
     console.print(table)
+    for n in nodes:
+        for what, why in sorted((n.get("unsupported") or {}).items()):
+            console.print(f"node {n['name']} cannot {_CANNOT.get(what, what)}: {why}")
+
+
+_CANNOT = {
+    "container": "run container jobs",
+    "memory": "hold tasks to their memory",
+    "cpu": "hold tasks to their cpu",
+    "pids": "hold tasks to their pids limit",
+    "shm": "size a process task's /dev/shm",
+}
 
 
 def _node_action(name: str, action: str, done: str) -> None:

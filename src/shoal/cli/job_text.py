@@ -174,9 +174,20 @@ def _task_rows(detail: Job) -> list[list[str]]:
                 ports or "-",
                 exit_text or "-",
                 str(t["attempt"]),
+                _usage(t, "cpuSeconds", duration),
+                _usage(t, "peakMemoryMiB", _mib, fallback="maxRssMiB"),
             ]
         )
     return rows
+
+
+def _usage(
+    task: Job, key: str, fmt: Callable[[float], str], fallback: str | None = None
+) -> str:
+    """A figure of the task's latest attempt (its cgroup's peak memory, else its largest RSS)."""
+    usage = task.get("usage") or {}
+    value = usage.get(key, usage.get(fallback) if fallback else None)
+    return "-" if value is None else fmt(float(value))
 
 
 _TASK_COLUMNS = [
@@ -187,6 +198,8 @@ _TASK_COLUMNS = [
     Column("PORTS", drop=3),
     Column("EXIT"),
     Column("ATTEMPT", drop=1, right=True),
+    Column("CPU-TIME", drop=5, right=True),
+    Column("PEAK-MEM", drop=4, right=True),
 ]
 
 

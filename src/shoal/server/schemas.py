@@ -303,6 +303,11 @@ class NodeOut(BaseModel):
         default_factory=list,
         description="Ports of the node's task-port range held by other processes (not handed out).",
     )
+    unsupported: dict[str, str] = Field(
+        default_factory=dict,
+        description="What the node cannot do, with why: the runtime 'container', the limits "
+        "'memory', 'cpu', 'pids', 'shm' (docs/containers.md).",
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="Given at join.")
 
 

@@ -30,6 +30,7 @@ def _node_out(n: Node, used: list[float]) -> NodeOut:
         usage=dict(n.usage),
         busyPorts=list(n.busy_ports or ()),
         labels=dict(n.labels or {}),
+        unsupported=dict(n.unsupported or {}),
     )
 
 

@@ -238,6 +238,10 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
                 report.busy_ports,
             ):
                 return None
+            if _said_anew(report.labels, node.labels) or _said_anew(
+                report.unsupported, node.unsupported
+            ):
+                return None
         named = _named(session, request)
         epochs = {name: node.epoch for name, node in nodes.items()}
         others = [row.node for row in named.values() if row.node not in epochs]
@@ -340,3 +344,8 @@ def _number(value: object) -> float | None:
 
 def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
+
+
+def _said_anew(reported: dict[str, str] | None, stored: dict[str, Any] | None) -> bool:
+    """The agent says something (labels, what the node cannot do) other than what is stored."""
+    return reported is not None and reported != dict(stored or {})
