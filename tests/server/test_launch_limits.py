@@ -3,13 +3,31 @@ do (real app, real SQLite, a fake agent speaking the protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from shoal.protocol import DEFAULT_TASK_PIDS
-from tests.server.test_port_clash import _agent, _next_launch, _node, api, home  # noqa: F401
+from shoal.server.app import create_app, prepare
+from shoal.server.settings import ServerSettings
+from tests.server.test_port_clash import _agent, _next_launch, _node
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def api(home: Path) -> Iterator[TestClient]:
+    ctx = prepare(ServerSettings(home=home, scheduler_interval_s=0.05))
+    with TestClient(create_app(ctx)) as client:
+        client.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
+        yield client
+
 
 JOB = """\
 version: 1

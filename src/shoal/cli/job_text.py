@@ -181,9 +181,7 @@ def _task_rows(detail: Job) -> list[list[str]]:
     return rows
 
 
-def _usage(
-    task: Job, key: str, fmt: Callable[[float], str], fallback: str | None = None
-) -> str:
+def _usage(task: Job, key: str, fmt: Callable[[float], str], fallback: str | None = None) -> str:
     """A figure of the task's latest attempt (its cgroup's peak memory, else its largest RSS)."""
     usage = task.get("usage") or {}
     value = usage.get(key, usage.get(fallback) if fallback else None)
