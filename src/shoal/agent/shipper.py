@@ -10,7 +10,8 @@ import base64
 import time
 from collections.abc import Callable
 
-from shoal.agent.runner import Attempt, Runner
+from shoal.agent.attempt import Attempt
+from shoal.agent.runner import Runner
 from shoal.protocol import LogUpload, LogUploadRequest, LogUploadResponse
 
 CHUNK = 256 * 1024
