@@ -78,6 +78,11 @@ EOF
         say "moving podman's CNI network in $conflist to 198.18.88.0/24"
         $SUDO sed -i -e 's#10\.88\.0\.0/16#198.18.88.0/24#' -e 's#10\.88\.0\.1#198.18.88.1#' "$conflist"
     fi
+    # A bridge podman made before the move keeps its 10.88 address and refuses the new one.
+    if ip -4 addr show dev cni-podman0 2>/dev/null | grep -q 'inet 10\.88\.'; then
+        say "removing the old cni-podman0 bridge (10.88.0.0/16)"
+        $SUDO ip link delete cni-podman0
+    fi
 }
 
 image_exists() { podman image exists "$1" 2>/dev/null; }
@@ -107,12 +112,12 @@ debian_mirror() {
 
 build_python() {
     image_exists "$PYTHON_IMAGE" && return 0
-    local tar=$CACHE/python-bookworm.tar
+    local tar=$CACHE/python-bookworm-2.tar
     if [ ! -s "$tar" ]; then
         local root
         root=$(mktemp -d)
         say "building the python image with debootstrap (about 30 s, once)"
-        $SUDO debootstrap --variant=minbase --include=python3,python3-numpy bookworm "$root" \
+        $SUDO debootstrap --variant=minbase --include=python3,python3-numpy,python-is-python3 bookworm "$root" \
             "$(debian_mirror)" >/dev/null
         $SUDO rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
         $SUDO tar -C "$root" -cf "$tar.tmp" . && mv "$tar.tmp" "$tar"
