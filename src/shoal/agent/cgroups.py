@@ -69,6 +69,7 @@ class CgroupStats:
     peak_memory_mib: float | None  # the highest charge, what the limit is compared with
     oom_kills: int
     processes: int | None
+    forks_refused: int  # forks the pids limit refused
 
 
 class TaskCgroup:
@@ -132,6 +133,7 @@ class TaskCgroup:
             peak = _read_int(mem / "memory.max_usage_in_bytes")
             kills = _keyed(mem / "memory.oom_control").get("oom_kill", 0)
             processes = _read_int(self.dirs["pids"] / "pids.current")
+            refused = _keyed(self.dirs["pids"] / "pids.events").get("max", 0)
             cpu = None if usage_ns is None else usage_ns / 1e9
         else:
             unified = self.dirs["unified"]
@@ -141,6 +143,7 @@ class TaskCgroup:
             peak = _read_int(unified / "memory.peak")  # kernels from 5.19
             kills = _keyed(unified / "memory.events").get("oom_kill", 0)
             processes = _read_int(unified / "pids.current")
+            refused = _keyed(unified / "pids.events").get("max", 0)
             cpu = None if usage_us is None else usage_us / 1e6
         in_use = None if current is None else max(0, current - cache) / (1 << 20)
         return CgroupStats(
@@ -149,6 +152,7 @@ class TaskCgroup:
             peak_memory_mib=None if peak is None else peak / (1 << 20),
             oom_kills=kills,
             processes=processes,
+            forks_refused=refused,
         )
 
     def pids(self) -> set[int]:

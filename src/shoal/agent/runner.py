@@ -330,10 +330,12 @@ class Runner:
         usage, exit_code, signo = ended.usage, ended.exit_code, ended.signal
         runtime = self.runtimes.get(attempt.order.runtime)
         launch_error = None
-        if runtime is not None:
+        stopped = attempt.stop_requested or attempt.timed_out or attempt.agent_shutdown
+        if runtime is not None and not stopped:  # a stop while it started is a stop
             launch_error = runtime.launch_error(self.journal.dir(attempt.attempt_id))
-            if exit_code is not None and (translated := runtime.exit_signal(exit_code)):
-                exit_code, signo = None, translated
+        translated = runtime.exit_signal(exit_code) if runtime and exit_code is not None else None
+        if translated is not None:
+            exit_code, signo = None, translated
         if attempt.cgroup is not None:
             usage = self.limiter.usage(attempt.cgroup, attempt.order.limits, usage)
         attempt.usage = usage

@@ -118,23 +118,22 @@ class ContainerRuntime:
         return options
 
     def cleanup(self, attempt_id: str) -> None:
+        """Remove the container. Once its monitor was killed with the rest of the cgroup,
+        podman's first ``rm --force`` may fail ("kill container: No such process") and leave it
+        "Stopping"; a second one removes it."""
         if self.podman is None:
             return
-        subprocess.run(
-            [
-                self.podman,
-                "rm",
-                "--force",
-                "--ignore",
-                "--time",
-                "0",
-                container_name(self.instance, attempt_id),
-            ],
-            cwd=self.scratch,
-            capture_output=True,
-            check=False,
-            timeout=60,
-        )
+        name = container_name(self.instance, attempt_id)
+        remove = [self.podman, "rm", "--force", "--ignore", "--time", "0", name]
+        error = ""
+        for _ in range(3):
+            done = subprocess.run(
+                remove, cwd=self.scratch, capture_output=True, text=True, check=False, timeout=60
+            )
+            if done.returncode == 0:
+                return
+            error = done.stderr.strip()[-300:]
+        raise RuntimeError(f"podman rm {name} failed: {error}")
 
     def exec_argv(self, setup: TaskSetup, argv: list[str], tty: bool) -> Launch:
         assert self.podman is not None

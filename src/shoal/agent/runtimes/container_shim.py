@@ -22,6 +22,7 @@ exit code, and podman's error is on the task's stderr.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,32 +34,30 @@ START_FAILED = "start-failed"
 def main(argv: list[str]) -> int:
     name, join, run = argv[1], argv[2], argv[4:]
     podman = run[0]
-    started = subprocess.run(
-        run, check=False, stdin=subprocess.DEVNULL, preexec_fn=lambda: _join(join)
+    asked: list[int] = []  # a signal that came while the container was being started
+
+    def stop(signo: int, _frame: object) -> None:
+        asked.append(signo)
+        if started_ok:
+            _forward(podman, name, signo)
+
+    started_ok = False
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    started = subprocess.run(  # its own process group: a stop signal is this shim's to pass on
+        run, check=False, stdin=subprocess.DEVNULL, preexec_fn=lambda: _join(join), process_group=0
     )
     if started.returncode != 0:
         with open(START_FAILED, "w") as handle:
             handle.write(str(started.returncode))
         return started.returncode
-
-    def stop(signo: int, _frame: object) -> None:
-        everyone = f"kill -{signo} -1"
-        for command in (
-            [podman, "kill", "--signal", str(signo), name],
-            [podman, "exec", name, "/bin/sh", "-c", everyone],
-        ):  # not waited for here: the wait below goes on
-            subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    waited = subprocess.run(
+    started_ok = True
+    if asked:
+        _forward(podman, name, asked[-1])
+    waited = subprocess.run(  # its own process group too: the stop signal is not for it
         [podman, "wait", name],
         check=False,
+        process_group=0,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -75,6 +74,24 @@ def main(argv: list[str]) -> int:
         capture_output=True,
     )
     return code
+
+
+def _forward(podman: str, name: str, signo: int) -> None:
+    """``signo`` to the container's first process, then, from inside, to all the others (in that
+    order: a first process that ends once its children have would otherwise end before its own
+    signal reached it, as the process group's signal does in the process runtime)."""
+    null = subprocess.DEVNULL
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run(
+            [podman, "kill", "--signal", str(signo), name],
+            check=False,
+            timeout=10,
+            stdin=null,
+            stdout=null,
+            stderr=null,
+        )
+    everyone = [podman, "exec", name, "/bin/sh", "-c", f"kill -{signo} -1"]
+    subprocess.Popen(everyone, stdin=null, stdout=null, stderr=null)  # not waited for
 
 
 def _join(join: str) -> None:
