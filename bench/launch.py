@@ -28,6 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+import launch_containers
 from shoal.client import ShoalClient
 from shoal.local.supervisor import UpOptions, start_local, stop_local
 
@@ -181,13 +182,19 @@ def main() -> None:
     parser.add_argument(
         "--drain-clients", type=int, default=4, help="client threads of the second drain (0: skip)"
     )
+    parser.add_argument(
+        "--container-jobs", type=int, default=20, help="jobs of the container row (0: skip it)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     url, token = start_cluster(home, args.slots)
     client = ShoalClient(url, token)
     concurrent = None
+    containers: dict[str, object] = {}
     try:
+        if args.container_jobs > 0:  # first, on an idle cluster: the latencies it compares
+            containers = launch_containers.measure(client, args.container_jobs)
         latencies = measure_latency(client, args.latency_jobs)
         drain_s, submit_s, succeeded = measure_drain(client, args.drain_jobs)
         if args.drain_clients > 0:
@@ -220,6 +227,8 @@ def main() -> None:
             "drain_concurrent_submit_seconds": round(concurrent[1], 2),
             "drain_concurrent_succeeded": concurrent[2],
         }
+    if containers:
+        results["containers"] = containers
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
@@ -254,6 +263,10 @@ def report(results: dict[str, object]) -> None:
             f"{results['drain_concurrent_jobs_per_second']} jobs/s",
         )
         table.add_row("jobs that succeeded", str(results["drain_concurrent_succeeded"]))
+    containers = results.get("containers")
+    if isinstance(containers, dict):
+        for label, value in launch_containers.rows(containers):
+            table.add_row(label, value)
     console.print(table)
     console.print(
         "For context (published/measured elsewhere, not in this run): Slurm 22.05 here "
