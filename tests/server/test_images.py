@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
+from alembic.config import Config
 from fastapi.testclient import TestClient
 
 from shoal.image_archives import ImageNameError, NotAnImage, normalise_name, read_archive
 from shoal.protocol import image_blob_path
 from shoal.server.app import create_app, prepare
 from shoal.server.settings import ServerSettings
+from shoal.store.db import MIGRATIONS, Database, sqlite_url
 from tests.image_archives import (
     docker_archive,
     image_id_of,
@@ -451,3 +454,94 @@ def test_a_process_jobs_launch_order_has_no_image(server: tuple[TestClient, str,
         headers=agent_headers(home),
     )
     assert refused.status_code == 404 and refused.json()["code"] == "NoImageError"
+
+
+PAI_WITH_AUTH = """protocolVersion: 2
+name: pai-job
+type: job
+prerequisites:
+  - type: dockerimage
+    uri: 'openpai/standard:python_3.6-pytorch_1.2.0-gpu'
+    name: img
+    auth: {username: me, password: '<% $secrets.pw %>', registryuri: 'https://index.docker.io/v1/'}
+secrets: {pw: hunter2}
+taskRoles:
+  worker:
+    dockerImage: img
+    resourcePerInstance: {cpu: 1, memoryMB: 100, gpu: 0}
+    commands: [echo hi]
+"""
+MARO_GRASS = """mode: grass/local
+name: maro-job
+components:
+  actor:
+    image: team/maro
+    resources: {cpu: 1, memory: 100m, gpu: 0}
+    num: 1
+    command: echo hi
+"""
+PAI_V1 = (
+    '{"jobName": "v1-job", "image": "team/v1:3", "authFile": "hdfs://auth",'
+    ' "taskRoles": [{"name": "main", "taskNumber": 1, "cpuNumber": 1, "memoryMB": 100,'
+    ' "gpuNumber": 0, "command": "echo hi"}]}'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "image", "warned"),
+    [
+        (PAI_WITH_AUTH, "openpai/standard:python_3.6-pytorch_1.2.0-gpu", "prerequisites[0].auth"),
+        (MARO_GRASS, "team/maro:latest", None),
+        (PAI_V1, "team/v1:3", "authFile"),
+    ],
+)
+def test_openpai_and_maro_images_resolve_to_pushed_images_by_name(
+    server: tuple[TestClient, str, Path], text: str, image: str, warned: str | None
+) -> None:
+    client, admin, home = server
+    register_node(client, home)
+    made = submit(client, admin, text, runtime="container")
+    assert made.status_code == 201, made.text
+    (submitted,) = made.json()
+    if warned is not None:  # credentials are accepted, and said to be of no use here
+        warning = next(w for w in submitted["warnings"] if w["path"] == warned)
+        assert "shoal has no registry" in warning["message"]
+        assert f"shoal image push {image}" in warning["hint"]
+    assert job(client, admin, submitted["id"])["pending"]["code"] == "ImageNotFound"
+    assert image in job(client, admin, submitted["id"])["pending"]["message"]
+    released = push(client, admin, image, docker_archive(salt=image.encode()))
+    assert released.json()["releasedJobs"] == [submitted["id"]]
+    until(lambda: job(client, admin, submitted["id"])["state"] == "RUNNING")
+
+
+def test_migration_0021_adds_and_drops_the_image_tables_and_keeps_the_triggers(
+    tmp_path: Path,
+) -> None:
+    db = Database(sqlite_url(tmp_path))
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+
+    def migrate(step: str, revision: str) -> None:
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            getattr(command, step)(config, revision)
+
+    def schema() -> tuple[set[str], set[str], int]:
+        with sqlite3.connect(tmp_path / "shoal.db") as raw:
+            tables = {
+                r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            columns = {c[1] for c in raw.execute("PRAGMA table_info(jobs)")}
+            (triggers,) = raw.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type='trigger' AND tbl_name='jobs'"
+            ).fetchone()
+        return tables, columns, triggers
+
+    migrate("upgrade", "0021")
+    tables, columns, triggers = schema()
+    assert {"images", "job_images"} <= tables and "missing_image" in columns and triggers == 3
+    migrate("downgrade", "0020")
+    tables, columns, triggers = schema()
+    assert not {"images", "job_images"} & tables and "missing_image" not in columns
+    assert triggers == 3  # a column dropped in place: the jobs table was not copied
+    db.dispose()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,13 @@ from shoal.cli.task_env import (
     uploaded_code_dir,
 )
 from shoal.client import ShoalClient
+
+
+class RuntimeChoice(StrEnum):
+    """``--runtime``: how a job runs when its file does not say (docs/containers.md)."""
+
+    PROCESS = "process"
+    CONTAINER = "container"
 
 
 def _local_code_dir(file: Path, fmt: FormatChoice, params: dict[str, str]) -> Path | None:
@@ -59,6 +67,18 @@ def submit(
         help="Submit it as a job array, as sbatch --array: 0-999, 1,3,5-9 or 0-99:2, with %N to "
         "run at most N elements at once (0-999%50). Each element's tasks get $SHOAL_ARRAY_INDEX.",
     ),
+    runtime: RuntimeChoice | None = typer.Option(
+        None,
+        "--runtime",
+        help="Run the tasks as processes or in containers from their roles' images, when the "
+        "job file does not say (default: the server's, usually process).",
+    ),
+    strict_images: bool = typer.Option(
+        False,
+        "--strict-images",
+        help="Refuse the job if an image it needs has not been pushed (shoal image push), "
+        "instead of letting it wait for the image.",
+    ),
 ) -> None:
     """Submit a job. With --wait, exit 0 only if it succeeds (an array: every element).
 
@@ -79,6 +99,8 @@ def submit(
         vc,
         code_hash=code_hash,
         array=array,
+        runtime=None if runtime is None else runtime.value,
+        strict_images=strict_images,
         **task_env.submit_fields(code_hash),
     )
     if output is OutputFormat.TEXT:
