@@ -8,7 +8,8 @@ server, the store or pydantic.
   ``registry:5000/x/y:1``); a name without a tag means ``:latest``. A digest (``NAME@sha256:``)
   names no pushed image: shoal has no registry to resolve it against.
 - **Archives** are ``podman save --format docker-archive`` (``docker save``) or ``oci-archive``
-  tars, read in place with ``tarfile`` (its member index, then the few small JSON members it
+  tars, uncompressed (podman 4.3's ``load`` reads no compressed archive), read in place with
+  ``tarfile`` (its member index, then the few small JSON members it
   needs; layers are never read into memory). The image's ID is the sha256 of its config, as
   podman and Docker compute it, so an agent can check what ``podman load`` gave it.
 """
@@ -77,8 +78,13 @@ class ImageArchive:
 
 def read_archive(path: Path) -> ImageArchive:
     """What image ``path`` holds; ``NotAnImage`` naming what is missing if it holds none."""
+    if _compressed(path):
+        raise NotAnImage(
+            "the archive is compressed, and podman load reads only plain tars here: push it "
+            "uncompressed (gunzip it first)"
+        )
     try:
-        with tarfile.open(path, "r:*") as archive:
+        with tarfile.open(path, "r:") as archive:
             members = {_clean(m.name): m for m in archive.getmembers()}
             if "manifest.json" in members:
                 return _docker(archive, members)
@@ -90,6 +96,15 @@ def read_archive(path: Path) -> ImageArchive:
         "the archive has neither manifest.json (a docker-archive) nor index.json (an "
         f"oci-archive): it is not an image archive; {SAVE_HINT}"
     )
+
+
+def _compressed(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(6)
+    except OSError:
+        return False
+    return head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd"))
 
 
 def _clean(name: str) -> str:

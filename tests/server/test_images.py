@@ -5,6 +5,7 @@ runtime a job gets, and what an agent may download."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import sqlite3
 import tarfile
@@ -127,11 +128,15 @@ def test_an_archive_without_an_image_is_refused_naming_what_is_missing(
         read_archive(broken)
 
 
-def test_a_file_that_is_no_tar_is_not_an_image(tmp_path: Path) -> None:
+def test_a_file_that_is_no_tar_or_compressed_is_refused(tmp_path: Path) -> None:
     text = tmp_path / "not-a-tar.tar"
     text.write_text("hello")
     with pytest.raises(NotAnImage, match="not a tar archive"):
         read_archive(text)
+    packed = tmp_path / "image.tar.gz"
+    packed.write_bytes(gzip.compress(docker_archive()))  # podman 4.3 cannot load it
+    with pytest.raises(NotAnImage, match="compressed, and podman load reads only plain tars"):
+        read_archive(packed)
 
 
 def test_image_names_get_latest_and_refuse_digests_and_bad_shapes() -> None:
