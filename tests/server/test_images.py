@@ -550,3 +550,22 @@ def test_migration_0021_adds_and_drops_the_image_tables_and_keeps_the_triggers(
     assert not {"images", "job_images"} & tables and "missing_image" not in columns
     assert triggers == 3  # a column dropped in place: the jobs table was not copied
     db.dispose()
+
+
+def test_a_job_of_two_missing_images_waits_for_each_in_turn(
+    server: tuple[TestClient, str, Path],
+) -> None:
+    client, admin, home = server
+    register_node(client, home)
+    text = CONTAINER_JOB.format(name="two", image="two/a:1", gpu=0) + (
+        "  v:\n    image: two/b:1\n    command: echo hi\n"
+    )
+    job_id = submit(client, admin, text).json()[0]["id"]
+    assert "image two/a:1 is not" in job(client, admin, job_id)["pending"]["message"]
+    first = push(client, admin, "two/a:1", docker_archive(salt=b"two-a"))
+    assert first.json()["releasedJobs"] == []  # it needs two/b:1 too
+    assert "image two/b:1 is not" in job(client, admin, job_id)["pending"]["message"]
+    second = push(client, admin, "two/b:1", docker_archive(salt=b"two-b"))
+    assert second.json()["releasedJobs"] == [job_id]
+    placed = until(lambda: (d := job(client, admin, job_id))["state"] == "RUNNING" and d)
+    assert sorted(t["role"] for t in placed["tasks"]) == ["v", "w"]

@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from shoal.cli.code_upload import upload_code
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, print_json
+from shoal.cli.common import (
+    OUTPUT_OPTION,
+    OutputFormat,
+    RuntimeChoice,
+    api_errors,
+    client,
+    print_json,
+)
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, job_app, parse_params
 from shoal.cli.render import console, err_console
 from shoal.cli.task_env import (
@@ -21,13 +27,6 @@ from shoal.cli.task_env import (
     uploaded_code_dir,
 )
 from shoal.client import ShoalClient
-
-
-class RuntimeChoice(StrEnum):
-    """``--runtime``: how a job runs when its file does not say (docs/containers.md)."""
-
-    PROCESS = "process"
-    CONTAINER = "container"
 
 
 def _local_code_dir(file: Path, fmt: FormatChoice, params: dict[str, str]) -> Path | None:
