@@ -79,20 +79,24 @@ def publish(ctx: ServerContext, principal: Principal, name: str, received: Recei
         ) from None
     blob_store(ctx).commit(received)
     now = ctx.clock()
-    with ctx.db.write() as session:
-        row = session.get(ImageRow, name)
-        replaced = old_blob = None
-        if row is None:
-            row = ImageRow(name=name)
-            session.add(row)
-        else:
-            _may_change(principal, row)
-            replaced, old_blob = row.image_id, row.blob_sha256
-        row.image_id, row.blob_sha256, row.size = archive.image_id, received.sha256, received.size
-        row.pushed_by, row.pushed_at = principal.user, now
-        session.flush()
-        released = image_holds.release(session, name, now)
-        session.expunge(row)
+    try:
+        with ctx.db.write() as session:
+            row = session.get(ImageRow, name)
+            replaced = old_blob = None
+            if row is None:
+                row = ImageRow(name=name)
+                session.add(row)
+            else:
+                _may_change(principal, row)  # again: another user may have pushed it meanwhile
+                replaced, old_blob = row.image_id, row.blob_sha256
+            row.image_id, row.blob_sha256 = archive.image_id, received.sha256
+            row.size, row.pushed_by, row.pushed_at = received.size, principal.user, now
+            session.flush()
+            released = image_holds.release(session, name, now)
+            session.expunge(row)
+    except BaseException:
+        forget_blob(ctx, received.sha256)  # nothing committed names it (unless it was there)
+        raise
     if old_blob is not None and old_blob != received.sha256:
         forget_blob(ctx, old_blob)
     ctx.wake_scheduler()
