@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from shoal.client_images import ImageCalls
 from shoal.transport import (
     ServerUnavailable,
     ShoalError,
@@ -62,7 +63,7 @@ def discover(home: Path | None = None, context: str | None = None) -> Endpoint:
     return resolve(context, home)
 
 
-class ShoalClient:
+class ShoalClient(ImageCalls):
     def __init__(
         self,
         url: str,
@@ -149,12 +150,15 @@ class ShoalClient:
         workdir: str | None = None,
         code_hash: str | None = None,
         array: str | None = None,
+        runtime: str | None = None,
+        strict_images: bool = False,
     ) -> list[dict[str, Any]]:
         """``env``: variables over the job file's; ``environment``: the variables the tasks
         start from (None: the agent's minimal set); ``workdir``: where tasks of a job without
         code start; ``code_hash``: the sha256 of a code archive uploaded with ``upload_code``
         (``code_archive``: base64 of a small one, sent inline); ``array``: submit it as a job
-        array (``0-999%50``, docs/arrays.md)."""
+        array (``0-999%50``, docs/arrays.md); ``runtime``: process or container when the file
+        does not say; ``strict_images``: refuse it if an image it needs is not pushed."""
         body: dict[str, Any] = {
             "spec": spec,
             "format": format,
@@ -173,6 +177,10 @@ class ShoalClient:
             body["code_hash"] = code_hash
         if array is not None:
             body["array"] = array
+        if runtime is not None:
+            body["runtime"] = runtime
+        if strict_images:
+            body["strict_images"] = True
         result: list[dict[str, Any]] = self._call("POST", "/api/v1/jobs", json=body)
         return result
 

@@ -117,31 +117,37 @@ class NodeCache:
         return final
 
     def _fetch(self, path: str, sha256: str | None, what: str) -> Path:
-        """Download to a temporary file and check its sha256 (if known); returns the file."""
-        tmp = self.root / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=tmp, prefix="fetch-")
-        digest = hashlib.sha256()
-        size = 0
-        try:
-            with os.fdopen(fd, "wb") as handle:
-
-                def sink(chunk: bytes) -> None:
-                    nonlocal size
-                    digest.update(chunk)
-                    handle.write(chunk)
-                    size += len(chunk)
-
-                self.download(path, sink)
-        except Exception as exc:
-            Path(name).unlink(missing_ok=True)
-            raise FetchError(str(exc) or type(exc).__name__) from exc
-        if sha256 is not None and digest.hexdigest() != sha256:
-            Path(name).unlink(missing_ok=True)
-            raise FetchError(f"the download's sha256 is {digest.hexdigest()}, not {sha256}")
+        fetched = fetch(self.root / "tmp", self.download, path, sha256, what)
         self.downloads += 1
-        log.info("fetched %s %s (%d bytes)", what, sha256, size)
-        return Path(name)
+        return fetched
+
+
+def fetch(tmp: Path, download: Download, path: str, sha256: str | None, what: str) -> Path:
+    """Download ``path`` to a temporary file under ``tmp`` and check its sha256 (if known);
+    returns the file (the caller moves or removes it). A failed or cut-short download leaves
+    nothing behind and raises ``FetchError``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=tmp, prefix="fetch-")
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as handle:
+
+            def sink(chunk: bytes) -> None:
+                nonlocal size
+                digest.update(chunk)
+                handle.write(chunk)
+                size += len(chunk)
+
+            download(path, sink)
+    except Exception as exc:
+        Path(name).unlink(missing_ok=True)
+        raise FetchError(str(exc) or type(exc).__name__) from exc
+    if sha256 is not None and digest.hexdigest() != sha256:
+        Path(name).unlink(missing_ok=True)
+        raise FetchError(f"the download's sha256 is {digest.hexdigest()}, not {sha256}")
+    log.info("fetched %s %s (%d bytes)", what, sha256, size)
+    return Path(name)
 
 
 def _read_only(root: Path) -> None:

@@ -31,6 +31,13 @@ SCHEDULER_OPTION = typer.Option(
 )
 
 
+class RuntimeChoice(StrEnum):
+    """How a job runs when its file does not say (``--runtime``, docs/containers.md)."""
+
+    PROCESS = "process"
+    CONTAINER = "container"
+
+
 class OutputFormat(StrEnum):
     """Every read command's ``-o``: ``wide`` adds columns where a command has a table (elsewhere
     it is ``text``); ``json`` and ``yaml`` print the API's data as it is."""

@@ -9,7 +9,14 @@ from typing import Any
 import typer
 
 from shoal.cli.code_upload import upload_code
-from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, print_json
+from shoal.cli.common import (
+    OUTPUT_OPTION,
+    OutputFormat,
+    RuntimeChoice,
+    api_errors,
+    client,
+    print_json,
+)
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, job_app, parse_params
 from shoal.cli.render import console, err_console
 from shoal.cli.task_env import (
@@ -59,6 +66,18 @@ def submit(
         help="Submit it as a job array, as sbatch --array: 0-999, 1,3,5-9 or 0-99:2, with %N to "
         "run at most N elements at once (0-999%50). Each element's tasks get $SHOAL_ARRAY_INDEX.",
     ),
+    runtime: RuntimeChoice | None = typer.Option(
+        None,
+        "--runtime",
+        help="Run the tasks as processes or in containers from their roles' images, when the "
+        "job file does not say (default: the server's, usually process).",
+    ),
+    strict_images: bool = typer.Option(
+        False,
+        "--strict-images",
+        help="Refuse the job if an image it needs has not been pushed (shoal image push), "
+        "instead of letting it wait for the image.",
+    ),
 ) -> None:
     """Submit a job. With --wait, exit 0 only if it succeeds (an array: every element).
 
@@ -79,6 +98,8 @@ def submit(
         vc,
         code_hash=code_hash,
         array=array,
+        runtime=None if runtime is None else runtime.value,
+        strict_images=strict_images,
         **task_env.submit_fields(code_hash),
     )
     if output is OutputFormat.TEXT:

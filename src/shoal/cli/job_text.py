@@ -207,10 +207,16 @@ def tasks_text(detail: Job, width: int | None, indent: str = "") -> str:
     return table_text(_TASK_COLUMNS, _task_rows(detail), width, indent)
 
 
+# Reasons that keep a waiting job out of its VC's queue: it has no position there.
+OUT_OF_QUEUE = frozenset({"ImageNotFound"})
+
+
 def waiting_lines(detail: Job, why: Job | None) -> list[str]:
     lines = []
     pending = detail.get("pending")
-    if pending:
+    if pending and pending["code"] in OUT_OF_QUEUE:  # its message says what it waits for
+        lines.append(f"  waiting: {pending['code']}: {pending['message']}")
+    elif pending:
         lines.append(
             f"  waiting: {pending['code']}: {pending['message']} (position "
             f"{pending.get('position') or '?'} in virtual cluster {detail['virtualCluster']})"
@@ -303,9 +309,11 @@ def elements_text(elements: Sequence[Job], parent: str, width: int | None) -> st
 def why_text(why: Job) -> str:
     if why["state"] != "WAITING":
         return f"job {why['id']} is {why['state']}, not waiting"
+    where = f"position {why['position'] or '?'} in its queue"
+    if why["code"] in OUT_OF_QUEUE:
+        where = "not in its queue until then"
     lines = [
-        f"job {why['id']} waits in virtual cluster {why['virtualCluster']}, "
-        f"position {why['position'] or '?'} in its queue",
+        f"job {why['id']} waits in virtual cluster {why['virtualCluster']}, {where}",
         f"  {why['code'] or 'Queued'}: {why['message'] or 'not looked at yet'}",
     ]
     lines.extend(_why_details(why))

@@ -24,6 +24,7 @@ from shoal.cli import (
 )
 from shoal.cli.config_commands import config_app, login, whoami
 from shoal.cli.data_commands import data_app
+from shoal.cli.image_commands import image_app
 from shoal.cli.job_commands import job_app
 from shoal.cli.user_commands import token_app, user_app
 from shoal.cli.vc_commands import vc_app
@@ -48,6 +49,7 @@ app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
+app.add_typer(image_app, name="image")
 app.add_typer(cluster_ssh_commands.cluster_app, name="cluster")
 app.command()(login)
 app.command()(whoami)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from shoal.cli.common import SCHEDULER_OPTION, SchedulerPlace, fail
+from shoal.cli.common import SCHEDULER_OPTION, RuntimeChoice, SchedulerPlace, fail
 from shoal.cli.render import console
 from shoal.paths import DEFAULT_PORT, default_home
 
@@ -127,6 +127,11 @@ def start(
         30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."
     ),
     scheduler: SchedulerPlace = SCHEDULER_OPTION,
+    default_runtime: RuntimeChoice = typer.Option(
+        RuntimeChoice.PROCESS,
+        "--default-runtime",
+        help="How jobs run when neither their file nor `job submit --runtime` says.",
+    ),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`."""
@@ -158,6 +163,7 @@ def start(
         node_timeout_s=node_timeout,
         tls=True,
         scheduler=scheduler.value,
+        default_runtime=default_runtime.value,
     )
     try:
         ctx = prepare(settings)

@@ -23,6 +23,7 @@ from shoal.server.openpai import router as openpai_router
 from shoal.server.routers import (
     agent,
     data,
+    images,
     jobs,
     join,
     nodes,
@@ -100,6 +101,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(openpai_router)
     app.include_router(usage.router)
     app.include_router(data.router)
+    app.include_router(images.router)
     app.include_router(join.router)
 
     @app.exception_handler(ApiError)

@@ -107,6 +107,9 @@ class SchedulerModel:
             chunks = [ordered[i : i + CHUNK] for i in range(0, len(ordered), CHUNK)]
             for job_id in ids:
                 self.queue.pop(job_id, None)
+                # its row changed: the pending reason last written may not be there any more
+                # (an image hold replaces it, image_holds.py), so the next cycle writes it again
+                ctx.reasons.pop(job_id, None)
                 seen = self.versions.pop(job_id, None)
                 if seen is not None:  # parsed again if it is still queued
                     ctx.requests.pop((job_id, seen), None)

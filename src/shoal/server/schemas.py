@@ -56,6 +56,16 @@ class SubmitRequest(BaseModel):
         "`1,3,5-9` or `0-99:2`, with `%N` to run at most N elements at once. Overrides the "
         "job file's `array`.",
     )
+    runtime: Literal["process", "container"] | None = Field(
+        None,
+        description="How the job runs when its file does not say (`--runtime`): as processes or "
+        "in containers from its roles' images. Absent: the server's default runtime.",
+    )
+    strict_images: bool = Field(
+        False,
+        description="Refuse the job (404 ImageNotFound, nothing stored) if an image it needs has "
+        "not been pushed, instead of accepting it to wait for the image (`--strict-images`).",
+    )
 
 
 class ProblemOut(BaseModel):
@@ -357,3 +367,32 @@ class ShareIn(BaseModel):
     users: list[str] = Field(default_factory=list)
     groups: list[str] = Field(default_factory=list)
     vcs: list[str] = Field(default_factory=list)
+
+
+class ImageOut(BaseModel):
+    """A pushed container image (docs/containers.md, "Images")."""
+
+    name: str = Field(description="NAME:TAG, as jobs name it.")
+    imageId: str = Field(description="The sha256 of the image's config (podman's image ID).")
+    blobSha256: str = Field(description="The sha256 of the pushed archive.")
+    size: int = Field(description="The archive's size in bytes.")
+    pushedBy: str
+    pushedAt: float
+
+
+class ImagePushed(ImageOut):
+    replaced: str | None = Field(
+        None, description="The image ID the name had before this push (null: a new name)."
+    )
+    releasedJobs: list[str] = Field(
+        default_factory=list, description="Jobs that waited for this image and may now start."
+    )
+
+
+class ImageRemoved(BaseModel):
+    name: str
+    heldJobs: list[str] = Field(
+        default_factory=list,
+        description="Queued jobs that need this image: they wait (ImageNotFound) until it is "
+        "pushed again.",
+    )

@@ -49,6 +49,9 @@ class ServerSettings:
     # process of the server's own, so no cycle holds the API's interpreter; "thread", a thread
     # of the server's process (a throw-away ``shoal run`` server, and tests driving cycles).
     scheduler: Literal["process", "thread"] = "process"
+    # How a job runs when neither its file (``runtime:``) nor its submission (``--runtime``) says
+    # (docs/containers.md): "process", child processes of the agent; "container", podman.
+    default_runtime: Literal["process", "container"] = "process"
 
     @property
     def heartbeat_write_s(self) -> float:

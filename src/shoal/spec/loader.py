@@ -9,7 +9,7 @@ from typing import Any
 
 from shoal.spec.errors import ProblemCollector, SpecError, SpecProblem
 from shoal.spec.maro import read_maro
-from shoal.spec.model import JobSpec, SourceFormat
+from shoal.spec.model import JobSpec, Runtime, SourceFormat
 from shoal.spec.native import read_native
 from shoal.spec.openpai_v1 import read_pai_v1
 from shoal.spec.openpai_v2 import read_pai_v2
@@ -71,8 +71,13 @@ def load_job_bytes(
 
 
 def load_job_text(
-    text: str, params: Mapping[str, str] | None = None, format: SourceFormat | None = None
+    text: str,
+    params: Mapping[str, str] | None = None,
+    format: SourceFormat | None = None,
+    runtime: Runtime = Runtime.PROCESS,
 ) -> ParsedJobs:
+    """``runtime``: how a job whose file does not say will run (the submission's ``--runtime``
+    or the server's default): it decides which fields are warned about as not used."""
     document = parse_document(text)
     data = document.data
     if not isinstance(data, dict):
@@ -83,7 +88,7 @@ def load_job_text(
     problems = ProblemCollector()
     try:
         jobs = _read(detected, data, dict(params or {}), problems)
-        _warn_images(detected, jobs, problems)
+        _warn_images(detected, jobs, problems, runtime)
     except SpecError as exc:
         problems.errors = exc.problems
         problems.with_lines(document.line_of)
@@ -100,10 +105,18 @@ IMAGE_PATHS = {
 }
 
 
-def _warn_images(fmt: SourceFormat, jobs: list[JobSpec], problems: ProblemCollector) -> None:
-    """Images are accepted and kept with the job, but there are no containers yet: say so."""
+def _warn_images(
+    fmt: SourceFormat, jobs: list[JobSpec], problems: ProblemCollector, runtime: Runtime
+) -> None:
+    """A job that runs as processes keeps its roles' images but does not use them: say so, and
+    how to run it in them."""
     warned: set[str] = set()
+    how = "`shoal job submit --runtime container`"
+    if fmt is SourceFormat.NATIVE:
+        how = f"`runtime: container` in the job file or {how}"
     for job in jobs:
+        if (job.runtime or runtime) is not Runtime.PROCESS:
+            continue
         for role in job.roles:
             path = IMAGE_PATHS[fmt].format(role=role.name)
             if role.image is None or path in warned:
@@ -111,8 +124,8 @@ def _warn_images(fmt: SourceFormat, jobs: list[JobSpec], problems: ProblemCollec
             warned.add(path)
             problems.warn(
                 path,
-                f"image {role.image} is recorded but not used: tasks run as processes on the "
-                "node (shoal runs no containers yet), in the submitter's environment",
+                f"image {role.image} is not used: the job runs as processes (runtime process) "
+                f"in the submitter's environment; {how} runs its tasks in the image",
             )
 
 

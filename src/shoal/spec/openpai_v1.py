@@ -179,7 +179,9 @@ def _check_job_name(name: object, problems: ProblemCollector) -> None:
 def _warn_unused(raw: RawPaiV1Job, problems: ProblemCollector) -> None:
     if raw.authFile:
         problems.warn(
-            "authFile", "registry auth files are not read", "the image must be pullable as it is"
+            "authFile",
+            "registry auth files are not read: shoal has no registry and pulls nothing",
+            f"push the image once with `shoal image push {raw.image}`",
         )
     if raw.killAllOnCompletedTaskNumber is not None:
         problems.warn(

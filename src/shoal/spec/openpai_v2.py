@@ -226,7 +226,14 @@ def _check_prerequisite(index: int, item: RawPrerequisite, problems: ProblemColl
         for key in item.model_extra or {}:
             problems.error(f"{path}.{key}", "unknown field for a dockerimage prerequisite")
         if item.auth is not None:
-            problems.warn(f"{path}.auth", "registry credentials are not used yet")
+            problems.warn(
+                f"{path}.auth",
+                "registry credentials are not used: shoal has no registry and pulls nothing; "
+                "images come from the cluster's own store",
+                f"push the image once with `shoal image push {item.uri}`"
+                if isinstance(item.uri, str)
+                else "push the image once with `shoal image push NAME:TAG`",
+            )
         return
     if item.plugin is not None:
         problems.warn(f"{path}.plugin", f"runtime plugin {item.plugin!r} is not run by shoal")

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -185,6 +196,10 @@ class Job(Base):
     array_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     array_cap: Mapped[int | None] = mapped_column(Integer, nullable=True)
     array_held: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # A container job that names an image no one has pushed yet waits for it (``ImageNotFound``)
+    # outside the scheduler's queue: the first such image (services/image_holds.py). None: the
+    # job is the scheduler's to place.
+    missing_image: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class Task(Base):
@@ -316,3 +331,27 @@ class JobTag(Base):
 
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     tag: Mapped[str] = mapped_column(String(256), primary_key=True)
+
+
+class ImageRow(Base):
+    """A pushed container image (``shoal image push``): its archive is in the blob store under
+    ``blob_sha256``; ``name`` is NAME:TAG and moves to the new image when pushed again."""
+
+    __tablename__ = "images"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    image_id: Mapped[str] = mapped_column(String(64))  # the sha256 of the image's config
+    blob_sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    pushed_by: Mapped[str] = mapped_column(String(64))
+    pushed_at: Mapped[float] = mapped_column(Float)
+
+
+class JobImage(Base):
+    """An image a container job's roles run (an array's parent stands for its elements)."""
+
+    __tablename__ = "job_images"
+    __table_args__ = (Index("ix_job_images_image", "image"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    image: Mapped[str] = mapped_column(String(255), primary_key=True)

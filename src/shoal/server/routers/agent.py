@@ -1,4 +1,5 @@
-"""``/api/v1/agent``: the protocol agents speak (sync, log upload, code download).
+"""``/api/v1/agent``: the protocol agents speak (sync, log upload, code, data and image
+downloads).
 
 Every call must carry the agent's protocol version (``X-Shoal-Protocol``); a missing or different
 one is refused with 426 and a message naming both versions. Every answer carries the server's."""
@@ -111,3 +112,15 @@ def attempt_data(attempt_id: str, sha256: str, ctx: Context, agent: Agent) -> Fi
         exc.headers.update(OUR_VERSION)
         raise
     return FileResponse(path, media_type="application/octet-stream", headers=OUR_VERSION)
+
+
+@router.get("/attempts/{attempt_id}/image/{sha256}", response_class=FileResponse)
+def attempt_image(attempt_id: str, sha256: str, ctx: Context, agent: Agent) -> FileResponse:
+    """The archive of the image an unfinished container attempt runs (streamed; ``podman
+    load`` reads it). Only an attempt of the agent's own node, and only its job's image."""
+    try:
+        path = agent_files.image_of_attempt(ctx, agent, attempt_id, sha256)
+    except ApiError as exc:
+        exc.headers.update(OUR_VERSION)
+        raise
+    return FileResponse(path, media_type="application/x-tar", headers=OUR_VERSION)

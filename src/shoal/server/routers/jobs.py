@@ -179,7 +179,8 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
         blockers: list[str] | None = []
-        if found.state == State.WAITING.value and not found.array_held:
+        queued = not found.array_held and found.missing_image is None  # the scheduler's
+        if found.state == State.WAITING.value and queued:
             snapshot, _ = load_snapshot(ctx, session)
             blockers = blocking_jobs(snapshot, request_of(ctx, found))
         preempting = list(session.scalars(select(Job.id).where(Job.preempted_by == found.id)))

@@ -15,6 +15,7 @@ from shoal.core.states import State
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.services.datasets import blob_store
+from shoal.server.services.images import image_for_role
 from shoal.server.services.snapshot import spec_of
 from shoal.store.models import Job, Task
 
@@ -63,6 +64,21 @@ def data_of_attempt(ctx: ServerContext, agent: Principal, attempt_id: str, sha25
             404, "NoDataSetError", f"attempt {attempt_id} reads no data set with sha256 {sha256}"
         )
     return _blob(ctx, sha256, f"data set {sha256[:12]}")
+
+
+def image_of_attempt(ctx: ServerContext, agent: Principal, attempt_id: str, sha256: str) -> Path:
+    """The archive of the image an unfinished container attempt runs (as pushed now)."""
+    job, task = _attempt(ctx, agent, attempt_id)
+    with ctx.db.read() as session:
+        image = image_for_role(session, spec_of(job), task.role)
+    if image is None or image.blob_sha256 != sha256:
+        raise ApiError(
+            404,
+            "NoImageError",
+            f"attempt {attempt_id} runs no image with archive sha256 {sha256} (it was pushed "
+            "again or removed since the task was placed)",
+        )
+    return _blob(ctx, sha256, f"the archive of image {image.name}")
 
 
 def legacy_code(ctx: ServerContext, job_id: str) -> Path:

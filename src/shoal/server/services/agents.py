@@ -28,6 +28,7 @@ from shoal.protocol import (
 from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
 from shoal.server.services.arrays import env_array
+from shoal.server.services.images import image_ref_for
 from shoal.server.services.joining import delete_removed_nodes
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.node_life import change_node
@@ -144,6 +145,7 @@ def _launch_order(
         epoch=epoch,
         runtime=(spec.runtime or Runtime.PROCESS).value,
         limits=_limits(task, spec.role(task.role).resources),
+        image=image_ref_for(job, task.role),
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, case, func, select, update
 from sqlalchemy.orm import Session
 
 from shoal.core.arrays import (
@@ -36,6 +36,7 @@ from shoal.core.lifecycle import ExitClass
 from shoal.core.states import JobEvent, State, advance_job
 from shoal.server.context import ApiError
 from shoal.server.services.events import record
+from shoal.server.services.image_holds import HOLD_CODE, hold_message_of
 from shoal.spec.arrays import ArrayRange, parse_array
 from shoal.store.models import Job
 
@@ -80,7 +81,15 @@ _PARENT_STARTS = (
 _RELEASE = (
     update(Job)
     .where(Job.id.in_(bindparam("ids", expanding=True)))
-    .values(array_held=False, pending_code=None, pending_message=None, version=Job.version + 1)
+    .values(
+        array_held=False,
+        # an element that needs an image no one has pushed waits for it still (image_holds.py)
+        pending_code=case((Job.missing_image.is_not(None), HOLD_CODE), else_=None),
+        pending_message=case(
+            (Job.missing_image.is_not(None), hold_message_of(Job.missing_image)), else_=None
+        ),
+        version=Job.version + 1,
+    )
 )
 
 

@@ -21,7 +21,7 @@ from shoal.server.context import ApiError, ServerContext
 from shoal.server.services.blobs import BlobStore, Received
 from shoal.server.services.vcs import DEFAULT_VC
 from shoal.spec.patterns import DATA_NAME_RE
-from shoal.store.models import DataSetRow, Job, User, VirtualClusterRow
+from shoal.store.models import DataSetRow, ImageRow, Job, User, VirtualClusterRow
 
 SHARE_KINDS = ("users", "groups", "vcs")
 ACTIVE = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
@@ -149,7 +149,7 @@ def publish(
         session.flush()
         session.expunge(row)
     if replaced is not None and replaced != received.sha256:
-        _forget_blob(ctx, replaced)
+        forget_blob(ctx, replaced)
     return row
 
 
@@ -179,7 +179,7 @@ def remove(ctx: ServerContext, principal: Principal, owner: str, name: str) -> N
         row = _owned(session, principal, owner, name)
         sha256 = row.sha256
         session.delete(row)
-    _forget_blob(ctx, sha256)
+    forget_blob(ctx, sha256)
 
 
 def change_shares(
@@ -217,13 +217,15 @@ def _check_share_targets(session: Session, change: dict[str, list[str]]) -> None
             raise ApiError(404, "NoVirtualClusterError", f"no virtual cluster {vc!r}")
 
 
-def _forget_blob(ctx: ServerContext, sha256: str) -> None:
-    """Remove a blob no data set, no job's code and no unfinished job's data sets use (content
-    uploaded as code is kept: a job may name it later)."""
+def forget_blob(ctx: ServerContext, sha256: str) -> None:
+    """Remove a blob no data set, no pushed image, no job's code and no unfinished job's data
+    sets use (content uploaded as code is kept: a job may name it later)."""
     if blob_store(ctx).is_code(sha256):
         return
     with ctx.db.read() as session:
         if session.scalar(select(DataSetRow.id).where(DataSetRow.sha256 == sha256).limit(1)):
+            return
+        if session.scalar(select(ImageRow.name).where(ImageRow.blob_sha256 == sha256).limit(1)):
             return
         if session.scalar(select(Job.id).where(Job.code_hash == sha256).limit(1)):
             return

@@ -10,6 +10,8 @@ from shoal.core.states import JobEvent, State, advance_job
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.services.events import record
+from shoal.server.services.image_holds import hold_if_missing
+from shoal.server.services.snapshot import spec_of
 from shoal.store.models import Job
 
 
@@ -52,5 +54,6 @@ def restart(ctx: ServerContext, principal: Principal, job_id: str) -> bool:
             f"run again by {principal.user} after it ended {state.value}: "
             f"its next placement is attempt {job.attempt + 1}",
         )
+        hold_if_missing(session, job, spec_of(job), now)  # its image may have been removed
     ctx.wake_scheduler()
     return True

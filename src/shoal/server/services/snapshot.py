@@ -50,6 +50,7 @@ _WAITING = select(
     Job.state == State.WAITING.value,
     Job.completing.is_(None),
     Job.array_held.is_(False),  # not an array's parent, nor an element its cap holds back
+    Job.missing_image.is_(None),  # not waiting for an image to be pushed (image_holds.py)
 )
 
 

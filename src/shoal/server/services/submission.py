@@ -34,14 +34,23 @@ from shoal.server.schemas import SubmitRequest
 from shoal.server.services.arrays import element_rows
 from shoal.server.services.datasets import resolve_declared
 from shoal.server.services.events import record
+from shoal.server.services.image_holds import (
+    HOLD_CODE,
+    hold_fields,
+    hold_message,
+    images_of,
+    missing_images,
+    note_job_images,
+)
 from shoal.server.services.inline_code import code_hash_of
 from shoal.server.services.nodes import load_nodes
+from shoal.server.services.runtimes import fallback_runtime, resolve
 from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
 from shoal.server.services.vcs import ensure_exists
 from shoal.spec.arrays import ArrayError, ArrayRange, parse_array
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import ParsedJobs, load_job_text
-from shoal.spec.model import JobSpec, SourceFormat
+from shoal.spec.model import JobSpec, Runtime, SourceFormat
 from shoal.spec.patterns import JOB_NAME_RE
 from shoal.store.models import Job
 
@@ -92,7 +101,9 @@ class Submitted:
 def prepare(ctx: ServerContext, request: SubmitRequest) -> Prepared:
     """Read the job file and the request; a 4xx names what is wrong. Touches no table (a code
     archive sent inline is checked and kept in the blob store)."""
-    fmt, specs, warnings = parse_submission(request)
+    fallback = fallback_runtime(ctx, request)
+    fmt, specs, warnings = parse_submission(request, fallback)
+    specs = resolve(fallback, request, fmt, specs, warnings)
     array = array_of(request, specs)
     if array is not None:
         specs = [specs[0].model_copy(update={"array": array.expression})]
@@ -137,16 +148,20 @@ def store(
         _check_membership(session, principal, vc)
         _check_conflicts(ctx, session, principal, spec, names_for_good)
         pinned = resolve_declared(session, principal, spec.all_data())
-        rows.append((spec, vc, pinned))
+        images = images_of(spec)
+        absent = missing_images(session, images)
+        if absent and prepared.request.strict_images:
+            raise ApiError(404, HOLD_CODE, f"{hold_message(absent[0])} (--strict-images)")
+        rows.append((spec, vc, pinned, images, absent[0] if absent else None))
     _check_names([spec.name for spec in prepared.specs])
     connection = session.connection()
     ids = []
     array = prepared.array
-    for spec, vc, pinned in rows:
+    for spec, vc, pinned, images, missing in rows:
         seq = _next_seq(session)
         job_id = str(seq)
         row = _new_job(job_id, seq, spec, principal, vc, prepared, now)
-        row |= {"code_hash": prepared.code_hash, "data_sets": pinned}
+        row |= {"code_hash": prepared.code_hash, "data_sets": pinned, **hold_fields(missing)}
         queued = f"submitted by {principal.user} to virtual cluster {vc}"
         if array is None:
             connection.execute(_INSERT_JOB, row)
@@ -154,19 +169,23 @@ def store(
             _insert_array(session, row, array, now)
             queued = f"array {array.expression} of {array.size} elements {queued}"
         record(session, job_id, now, "queued", queued)
+        note_job_images(session, [job_id], images)
+        if missing is not None:
+            record(session, job_id, now, "image-missing", hold_message(missing))
         ids.append(job_id)
     return Submitted(ids, [spec.name for spec in prepared.specs], prepared.warnings, array)
 
 
 def parse_submission(
-    request: SubmitRequest,
+    request: SubmitRequest, runtime: Runtime = Runtime.PROCESS
 ) -> tuple[SourceFormat, list[JobSpec], list[dict[str, object]]]:
+    """``runtime``: how a job whose file does not say will run (for the warnings)."""
     fmt = None if request.format == "auto" else SourceFormat(request.format)
     try:
         if len(request.spec) <= INLINE_READ_LIMIT:  # small files only: the memo stays small
-            parsed = _read(request.spec, fmt, tuple(sorted(request.params.items())))
+            parsed = _read(request.spec, fmt, tuple(sorted(request.params.items())), runtime)
         else:
-            parsed = load_job_text(request.spec, request.params, fmt)
+            parsed = load_job_text(request.spec, request.params, fmt, runtime)
     except SpecError as exc:
         raise ApiError(
             400,
@@ -190,11 +209,16 @@ def parse_submission(
 
 
 @lru_cache(maxsize=256)
-def _read(text: str, fmt: SourceFormat | None, params: tuple[tuple[str, str], ...]) -> ParsedJobs:
+def _read(
+    text: str,
+    fmt: SourceFormat | None,
+    params: tuple[tuple[str, str], ...],
+    runtime: Runtime,
+) -> ParsedJobs:
     """The job file read once per text, format and parameters: a loop submitting one file again
     and again (``--name run-$i``, as an ``sbatch`` loop) reads it once. What comes back is
     immutable (frozen specs, tuples); a file with errors is read again each time."""
-    return load_job_text(text, dict(params), fmt)
+    return load_job_text(text, dict(params), fmt, runtime)
 
 
 def array_of(request: SubmitRequest, specs: list[JobSpec]) -> ArrayRange | None:
@@ -241,6 +265,11 @@ def _insert_array(
     spec = parent["spec"]
     assert isinstance(spec, dict)
     elements = element_rows(parent, array, {**spec, "array": None})
+    if parent["missing_image"] is not None:  # waiting for an image: unless the cap holds them
+        reason = {key: parent[key] for key in ("pending_code", "pending_message")}
+        for element in elements:
+            if not element["array_held"]:
+                element.update(reason)
     connection = session.connection()
     connection.execute(_INSERT_JOB, parent)
     connection.execute(_INSERT_JOB, elements)
