@@ -37,9 +37,10 @@ import httpx
 from shoal import __version__
 from shoal.agent.cache import NodeCache
 from shoal.agent.identity import Connection
+from shoal.agent.images import ImageStore
 from shoal.agent.journal import boot_clock
 from shoal.agent.resources import NodeSpec
-from shoal.agent.runner import Runner
+from shoal.agent.runner import Runner, default_runtimes
 from shoal.agent.shipper import LogShipper
 from shoal.protocol import (
     MISMATCH_STATUS,
@@ -93,7 +94,10 @@ class Agent:
         self.nodes = nodes
         self.agent_id = agent_id
         self._file_client = self._client(60.0)  # code and data downloads (streamed)
-        self.runner = Runner(home, NodeCache(home / "cache", self._download))
+        images = ImageStore(home, self._download)  # pushed images, loaded into podman on use
+        self.runner = Runner(
+            home, NodeCache(home / "cache", self._download), default_runtimes(home, images)
+        )
         self.shipper = LogShipper(self.runner, self._upload_logs)
         self.report_now = threading.Event()
         self.stopping = threading.Event()

@@ -37,20 +37,21 @@ from shoal.agent.processes import (
     tree_usage,
 )
 from shoal.agent.runtimes import LaunchRefused, Runtime, TaskSetup
-from shoal.agent.runtimes.container import ContainerRuntime, LocalImages
+from shoal.agent.runtimes.container import ContainerRuntime, ImageSource, LocalImages
 from shoal.agent.runtimes.process import ProcessRuntime, shm_unsupported
 from shoal.protocol import ExitReport, LaunchOrder, RunningReport
 
 log = logging.getLogger("shoal.agent")
 
 
-def default_runtimes(home: Path) -> dict[str, Runtime]:
-    """The process runtime, and the container runtime with the images already in podman."""
+def default_runtimes(home: Path, images: ImageSource | None = None) -> dict[str, Runtime]:
+    """The process runtime, and the container runtime with ``images`` (an agent's: pushed
+    images fetched from its server; by default: those already in podman's store)."""
     scratch = home / "podman"
     scratch.mkdir(parents=True, exist_ok=True)
     return {
         "process": ProcessRuntime(shm_unsupported()),
-        "container": ContainerRuntime(LocalImages(scratch), scratch, instance_name(home)),
+        "container": ContainerRuntime(images or LocalImages(scratch), scratch, instance_name(home)),
     }
 
 
