@@ -143,12 +143,13 @@ class Rack:
             str(TASK_PORT_BASE),
         )
 
-    def start_agent(self, node: str) -> subprocess.Popen[bytes]:
+    def start_agent(self, node: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """``env``: the agent's environment, if not the rack's."""
         agent = self.lab.spawn(
             self.node_host(node),
             [sys.executable, "-m", "shoal", "agent", "run", "--home", str(self.agent_home(node))],
             self.root / f"{node}.log",
-            env=self.env,
+            env=self.env if env is None else env,
         )
         self.agents[node] = agent
         return agent
