@@ -130,3 +130,23 @@ def test_an_image_not_on_the_node_is_a_launch_error_naming_the_fix(tmp_path: Pat
     report = run_to_end(runner, order("true", image=missing))
     assert report.launch_error is not None
     assert "shoal image push nowhere/x:1" in report.launch_error
+
+
+def test_a_command_runs_in_a_running_tasks_container(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path)
+    runner.launch(order("echo ready; sleep 60", image=image(BUSYBOX, tmp_path)))
+    attempt = runner.attempts["1.1"]
+    deadline = time.monotonic() + 60
+    while "ready" not in log_text(runner, "1.1", "stdout"):
+        assert time.monotonic() < deadline and attempt.exit is None, log_text(runner, "1.1")
+        time.sleep(0.05)
+    launch = runner.exec_launch("1.1", ["/bin/sh", "-c", 'echo "$SHOAL_TASK_ROLE $(pwd)"'])
+    done = subprocess.run(
+        launch.argv, env=launch.env, cwd=launch.cwd, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"main {attempt.workdir}"
+    runner.kill("1.1")
+    while attempt.exit is None:
+        runner.poll()
+        time.sleep(0.05)

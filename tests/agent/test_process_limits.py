@@ -4,6 +4,8 @@ bomb stops at the pids limit, /dev/shm has the asked size, and nothing is left b
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -92,3 +94,29 @@ def test_the_node_reports_what_it_cannot_limit(tmp_path: Path) -> None:
     assert report.exit_code == 0
     assert "cannot enforce the task's pids 256 limit: pretend" in log_text(runner, "1.1")
     assert runner.unsupported()["pids"].startswith("pretend")
+
+
+def test_a_command_runs_in_a_running_tasks_environment_and_cgroup(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path)
+    runner.launch(order("sleep 60"))
+    attempt = runner.attempts["1.1"]
+    assert attempt.cgroup is not None
+    launch = runner.exec_launch(
+        "1.1", ["/bin/sh", "-c", 'echo "$SHOAL_TASK_ROLE $(pwd)"; cat /proc/self/cgroup']
+    )
+    done = subprocess.run(
+        launch.argv,
+        env=launch.env,
+        cwd=launch.cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=lambda: [Path(f).write_text(str(os.getpid())) for f in launch.join],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"main {attempt.workdir}"
+    assert "/1.1" in done.stdout  # it joined the task's cgroup
+    runner.kill("1.1")
+    while attempt.exit is None:
+        runner.poll()
+        time.sleep(0.05)

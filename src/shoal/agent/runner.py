@@ -36,7 +36,7 @@ from shoal.agent.processes import (
     signal_group,
     tree_usage,
 )
-from shoal.agent.runtimes import LaunchRefused, Runtime, TaskSetup
+from shoal.agent.runtimes import Launch, LaunchRefused, Runtime, TaskSetup
 from shoal.agent.runtimes.container import ContainerRuntime, ImageSource, LocalImages
 from shoal.agent.runtimes.process import ProcessRuntime, shm_unsupported
 from shoal.protocol import ExitReport, LaunchOrder, RunningReport
@@ -219,6 +219,16 @@ class Runner:
         if order.deadline_s is not None:
             attempt.deadline = time.monotonic() + order.deadline_s
         self.journal.save(attempt.saved())
+
+    def exec_launch(self, attempt_id: str, argv: list[str], tty: bool = False) -> Launch:
+        """How to run ``argv`` in a running task's environment (its node, directory, env, cgroup
+        and container): for ``shoal job exec`` and the dashboard's terminal."""
+        with self.lock:
+            attempt = self.attempts.get(attempt_id)
+        if attempt is None or attempt.exit is not None or attempt.setup is None:
+            raise LaunchRefused(f"task attempt {attempt_id} is not running on this agent")
+        runtime = self.runtimes[attempt.order.runtime]
+        return runtime.exec_argv(attempt.setup, argv, tty)
 
     def _refused_by(self, runtime: Runtime) -> dict[str, str]:
         """Limits the runtime cannot hold here (the process runtime's sized /dev/shm)."""
