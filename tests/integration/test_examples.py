@@ -79,7 +79,11 @@ def test_pytorch_ddp_workers_agree(cluster: LocalCluster) -> None:
     job_id = submit_example(cluster, EXAMPLES / "pytorch-ddp" / "job.yaml")
     job = cluster.wait(job_id, timeout_s=300)
     logs = [cluster.log(job_id, "worker", i) for i in (0, 1)]
-    assert job["state"] == "SUCCEEDED", [*logs, cluster.log(job_id, "worker", 0, "stderr")]
+    ends = [
+        (t["exitClass"], t["exitCode"], t["diagnostics"])
+        for t in cluster.client.job(job_id)["tasks"]
+    ]
+    assert job["state"] == "SUCCEEDED", [*logs, *ends, cluster.log(job_id, "worker", 0, "stderr")]
     finals = [line for text in logs for line in text.splitlines() if "final loss" in line]
     assert len(finals) == 2
     digests = {line.split("sha256 ")[1].split(",")[0] for line in finals}
