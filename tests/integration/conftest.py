@@ -3,7 +3,10 @@ a temporary ``SHOAL_HOME``; torn down by PID (their own process groups) afterwar
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -87,3 +90,26 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("SHOAL_"):
             monkeypatch.delenv(key)
+
+
+def local_cli(
+    cluster: LocalCluster, *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``shoal --context local ARGS`` as a user of this cluster's machine would run it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env.update(SHOAL_HOME=str(cluster.home), SHOAL_CONFIG=str(cluster.home / "no-config.yaml"))
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [sys.executable, "-m", "shoal", "--context", "local", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.fixture
+def local(cluster: LocalCluster) -> LocalCluster:
+    (cluster.home / "server.json").write_text(json.dumps({"url": cluster.info.url}))
+    return cluster

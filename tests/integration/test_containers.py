@@ -6,9 +6,8 @@ memory in a container is OOM with the diagnostic."""
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,35 +18,14 @@ from shoal.agent.limits import instance_name
 from shoal.agent.runtimes.container import podman_problem
 from tests.agent.limits_helpers import cgroups_refused
 from tests.integration.conftest import LocalCluster
+from tests.integration.conftest import local_cli as shoal
 from tests.integration.test_local_mode import native
 
 PYTHON = "localhost/shoal-test/python:bookworm"  # made by scripts/containers-setup.sh
 BUSYBOX = "localhost/shoal-test/busybox:local"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rl-actor-learner" / "container.yaml"
-PROBLEM = podman_problem(os.environ.get("SHOAL_PODMAN") or "podman") or cgroups_refused()
+PROBLEM = podman_problem(shutil.which("podman")) or cgroups_refused()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no containers here: {PROBLEM}")
-
-
-def shoal(
-    cluster: LocalCluster, *args: str, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
-    env.update(SHOAL_HOME=str(cluster.home), SHOAL_CONFIG=str(cluster.home / "no-config.yaml"))
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [sys.executable, "-m", "shoal", "--context", "local", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-
-
-@pytest.fixture
-def local(cluster: LocalCluster) -> LocalCluster:
-    (cluster.home / "server.json").write_text(json.dumps({"url": cluster.info.url}))
-    return cluster
 
 
 def _push(cluster: LocalCluster, image: str) -> None:
@@ -88,12 +66,12 @@ def test_stopping_a_container_job_leaves_no_container_cgroup_or_process(
     )
     job_id = local.submit(native("sleeper", roles, "runtime: container\n"))
     local.wait_for(lambda: local.output_so_far(job_id, "w") == "" and _running(local, job_id), 120)
-    pids = _container_pids(job_id, tmp_path)
+    pids = _container_pids(local, job_id, tmp_path)
     assert pids, "no container runs the task"
     assert local.client.stop(job_id)
     job = local.wait(job_id, timeout_s=60)
     assert job["state"] == "STOPPED"
-    assert not _containers(job_id, tmp_path)
+    assert not _containers(local, job_id, tmp_path)
     assert not _cgroup_dirs(local.home / "agent")
     deadline = time.monotonic() + 10
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
@@ -119,9 +97,12 @@ def _running(cluster: LocalCluster, job_id: str) -> bool:
     return bool(tasks) and all(t["state"] == "RUNNING" for t in tasks)
 
 
-def _containers(job_id: str, scratch: Path) -> list[str]:
+def _containers(cluster: LocalCluster, job_id: str, scratch: Path) -> list[str]:
+    """The containers of ``job_id`` of this cluster's agent (job ids repeat across clusters)."""
+    agent = instance_name(cluster.home / "agent")
+    filters = ["--filter", f"label=shoal.job={job_id}", "--filter", f"label=shoal.agent={agent}"]
     listed = subprocess.run(
-        ["podman", "ps", "--all", "--quiet", "--filter", f"label=shoal.job={job_id}"],
+        ["podman", "ps", "--all", "--quiet", *filters],
         cwd=scratch,
         capture_output=True,
         text=True,
@@ -130,10 +111,10 @@ def _containers(job_id: str, scratch: Path) -> list[str]:
     return listed.stdout.split()
 
 
-def _container_pids(job_id: str, scratch: Path) -> list[int]:
+def _container_pids(cluster: LocalCluster, job_id: str, scratch: Path) -> list[int]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        for container in _containers(job_id, scratch):
+        for container in _containers(cluster, job_id, scratch):
             inspected = subprocess.run(
                 ["podman", "inspect", "--format", "{{.State.Pid}}", container],
                 cwd=scratch,

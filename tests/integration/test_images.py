@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,29 +15,10 @@ from shoal.agent.runtimes.container import podman_problem
 from shoal.archives import human
 from tests.image_archives import docker_archive, image_id_of, oci_archive
 from tests.integration.conftest import LocalCluster
+from tests.integration.conftest import local_cli as shoal
 
 PODMAN = shutil.which("podman")
 BUSYBOX = "localhost/shoal-test/busybox:local"  # made by scripts/containers-setup.sh
-
-
-def shoal(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
-    env.update(SHOAL_HOME=str(cluster.home), SHOAL_CONFIG=str(cluster.home / "no-config.yaml"))
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [sys.executable, "-m", "shoal", "--context", "local", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-
-
-@pytest.fixture
-def local(cluster: LocalCluster) -> LocalCluster:
-    (cluster.home / "server.json").write_text(json.dumps({"url": cluster.info.url}))
-    return cluster
 
 
 def test_push_archives_list_move_and_remove(local: LocalCluster, tmp_path: Path) -> None:

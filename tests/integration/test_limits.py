@@ -7,31 +7,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from shoal.cli.main import app
 from tests.agent.limits_helpers import cgroups_refused
 from tests.integration.conftest import LocalCluster
+from tests.integration.test_lifecycle import _openpai
 from tests.integration.test_local_mode import native
 
 REFUSED = cgroups_refused()
 pytestmark = pytest.mark.skipif(REFUSED is not None, reason=f"no cgroup limits here: {REFUSED}")
-
-
-def _pai_job(cluster: LocalCluster, name: str) -> dict[str, Any]:
-    token = (cluster.home / "admin.token").read_text().strip()
-    response = httpx.get(
-        f"{cluster.info.url}/api/v2/jobs/admin~{name}",
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=10,
-    )
-    response.raise_for_status()
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def test_a_task_over_its_memory_is_oom_with_the_limit_and_peak_and_is_retried(
@@ -50,7 +37,7 @@ def test_a_task_over_its_memory_is_oom_with_the_limit_and_peak_and_is_retried(
     events = " ".join(e["message"] for e in cluster.client.events(job_id))
     assert events.count("exited: OOM (code -1200)") == 2
 
-    pai = _pai_job(cluster, "hog")
+    pai = _openpai(cluster, "hog")
     status = pai["taskRoles"]["hog"]["taskStatuses"][0]
     assert status["containerExitSpec"]["phrase"] == "UserContainerDockerOOMKilled"
 

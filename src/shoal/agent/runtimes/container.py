@@ -100,7 +100,12 @@ class ContainerRuntime:
         order = setup.order
         options = ["--pull", "never", "--log-driver", "passthrough", "--network", "host"]
         options += ["--uts", "host", "--label", f"shoal.attempt={order.attempt_id}"]
-        options += ["--label", f"shoal.job={order.job_id}"]
+        options += [
+            "--label",
+            f"shoal.job={order.job_id}",
+            "--label",
+            f"shoal.agent={self.instance}",
+        ]
         limits = order.limits
         shm = limits.shm_mib if limits is not None and limits.shm_mib else DEFAULT_SHM_MIB
         options += ["--shm-size", f"{shm}m"]
