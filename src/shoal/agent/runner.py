@@ -468,6 +468,7 @@ class Runner:
             elif attempt.pid is not None:
                 while adopted_alive(attempt.pid, attempt.create_time):
                     time.sleep(0.01)
+            self._release(attempt)  # a container being started, the cgroup: nothing outlives it
 
     def unreported_exits(self) -> list[ExitReport]:
         """Every exit the server has not acknowledged (shipped logs or not)."""
