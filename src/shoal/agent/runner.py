@@ -190,7 +190,7 @@ class Runner:
             open(attempt.log_path("stdout"), "wb") as out,
             open(attempt.log_path("stderr"), "wb") as err,
         ):
-            err.write(self.limiter.notice(order.limits, self._refused_by(runtime)).encode())
+            err.write(self.limiter.notice(order.limits, runtime.refused_limits()).encode())
             err.flush()
             attempt.setup = TaskSetup(
                 order=order,
@@ -230,12 +230,6 @@ class Runner:
         runtime = self.runtimes[attempt.order.runtime]
         return runtime.exec_argv(attempt.setup, argv, tty)
 
-    def _refused_by(self, runtime: Runtime) -> dict[str, str]:
-        """Limits the runtime cannot hold here (the process runtime's sized /dev/shm)."""
-        if isinstance(runtime, ProcessRuntime) and runtime.shm_refused is not None:
-            return {"shm": runtime.shm_refused}
-        return {}
-
     def unsupported(self) -> dict[str, str]:
         """What this node cannot do, with why: runtimes and limits (the node reports it)."""
         found = dict(self.limiter.unsupported)
@@ -243,7 +237,7 @@ class Runner:
             problem = runtime.unavailable()
             if problem is not None:
                 found[name] = problem
-        found.update(self._refused_by(self.runtimes.get("process", ProcessRuntime(None))))
+            found.update(runtime.refused_limits())
         return found
 
     # ---- stopping ----
@@ -355,11 +349,7 @@ class Runner:
         if launch_error is not None:
             self._finish(attempt, None, None, launch_error=launch_error)
             return
-        self._finish(attempt, exit_code, signo, fenced=ended.fenced)
-        assert attempt.exit is not None
-        attempt.exit = attempt.exit.model_copy(
-            update={"oom_killed": oom_killed, "oom_kills": oom_kills}
-        )
+        self._finish(attempt, exit_code, signo, fenced=ended.fenced, oom=(oom_killed, oom_kills))
 
     def _release(self, attempt: Attempt) -> None:
         """End what the attempt left outside its process group (a container, a process in its
@@ -381,6 +371,7 @@ class Runner:
         launch_error: str | None = None,
         stop: bool = False,
         fenced: bool = False,
+        oom: tuple[bool, int] = (False, 0),
     ) -> None:
         attempt.exit = ExitReport(
             attempt_id=attempt.attempt_id,
@@ -396,6 +387,8 @@ class Runner:
             started_at=attempt.started_at,
             finished_at=time.time(),
             usage=dict(attempt.usage),
+            oom_killed=oom[0],
+            oom_kills=oom[1],
         )
 
     def sample_usage(self) -> None:

@@ -53,6 +53,9 @@ class Runtime(Protocol):
     def unavailable(self) -> str | None:
         """None when tasks can run here; else why not, and what fixes it."""
 
+    def refused_limits(self) -> dict[str, str]:
+        """Limits this runtime cannot hold here, beyond the cgroup's, with why."""
+
     def prepare(self, setup: TaskSetup) -> Launch:
         """The keeper's command for this attempt (raises LaunchRefused when it cannot be run)."""
 

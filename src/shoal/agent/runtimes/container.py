@@ -80,6 +80,9 @@ class ContainerRuntime:
             self._problem, self._checked = podman_problem(self.podman), True
         return self._problem
 
+    def refused_limits(self) -> dict[str, str]:
+        return {}  # --shm-size always holds; the cgroup holds the rest
+
     def prepare(self, setup: TaskSetup) -> Launch:
         problem = self.unavailable()
         if problem is not None:

@@ -51,6 +51,9 @@ class ProcessRuntime:
     def unavailable(self) -> str | None:
         return None
 
+    def refused_limits(self) -> dict[str, str]:
+        return {"shm": self.shm_refused} if self.shm_refused is not None else {}
+
     def prepare(self, setup: TaskSetup) -> Launch:
         argv = setup.shell_argv
         limits = setup.order.limits
