@@ -31,6 +31,7 @@ PUBLIC = {
     # joining: the CA is public (pinned by the token's hash), a join is authenticated by its token
     ("get", "/api/v1/join/ca"),
     ("post", "/api/v1/join"),
+    ("post", "/api/v1/session"),  # signing in to the dashboard
 }
 
 

@@ -27,10 +27,13 @@ from shoal.server.routers import (
     jobs,
     join,
     nodes,
+    session,
+    stream,
     system,
     usage,
     users,
     vcs,
+    web,
 )
 from shoal.server.routers import logs as log_routes
 from shoal.server.scheduler_process import SchedulerProcess
@@ -69,7 +72,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     )
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Everything loaded so far (modules, the app, mappers) lives as long as the server: keep
         # it out of the collector's full passes, which otherwise walk it again and again.
         gc.freeze()
@@ -77,6 +80,9 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
             restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         yield
+        watch = getattr(app.state, "change_watch", None)
+        if watch is not None:
+            await watch.close()
         ctx.commits.stop()  # what was submitted is committed and answered first
         if run_scheduler:
             loop.stop()
@@ -103,6 +109,9 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(data.router)
     app.include_router(images.router)
     app.include_router(join.router)
+    app.include_router(session.router)
+    app.include_router(stream.router)
+    app.include_router(web.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

@@ -10,15 +10,23 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from shoal.server.auth import Principal, authenticate, cached_principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.node_auth import FORBIDDEN_NODE, authenticate_node
+from shoal.server.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, csrf_matches
 from shoal.server.tls import peer_certificate
 
 bearer = HTTPBearer(auto_error=False, description="An API token (`shoal up` writes one).")
+session_cookie = APIKeyCookie(
+    name=SESSION_COOKIE,
+    auto_error=False,
+    description="The dashboard's session (POST /api/v1/session); state-changing calls made "
+    f"with it need the session's CSRF token in {CSRF_HEADER}.",
+)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 async def get_context(request: Request) -> ServerContext:
@@ -37,20 +45,44 @@ async def get_principal(
     request: Request,
     ctx: Context,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    cookie: Annotated[str | None, Depends(session_cookie)],
 ) -> Principal:
     certificate = peer_certificate(request.scope)
     if certificate is not None:  # verified against the CA by the TLS handshake
         return await run_in_threadpool(authenticate_node, ctx.db, certificate)
-    if credentials is None or not credentials.credentials:
-        raise ApiError(
-            401, "UnauthorizedUserError", "a Bearer token (or a node certificate) is required"
-        )
+    if credentials is not None and credentials.credentials:
+        return await principal_of_token(ctx, credentials.credentials)
+    if cookie:
+        if request.method not in SAFE_METHODS and not csrf_matches(
+            request.headers.get(CSRF_HEADER), cookie
+        ):
+            raise ApiError(
+                403,
+                "CsrfTokenError",
+                f"{CSRF_HEADER}: missing or wrong; a state-changing call made with the "
+                "dashboard's session cookie must send the session's CSRF token (sign in again)",
+            )
+        return await principal_of_token(ctx, cookie, session=True)
+    raise ApiError(
+        401,
+        "UnauthorizedUserError",
+        "a Bearer token (or a node certificate, or a dashboard session) is required",
+    )
+
+
+async def principal_of_token(ctx: ServerContext, token: str, session: bool = False) -> Principal:
+    """The principal a token (or a session cookie's token) stands for; 401 if there is none."""
     now = ctx.clock()
-    known, principal = cached_principal(ctx.db, credentials.credentials, now)
+    known, principal = cached_principal(ctx.db, token, now)
     if not known:
-        principal = await run_in_threadpool(authenticate, ctx.db, credentials.credentials, now)
+        principal = await run_in_threadpool(authenticate, ctx.db, token, now)
     if principal is None:
-        raise ApiError(401, "UnauthorizedUserError", "the token is unknown, revoked or expired")
+        message = (
+            "the dashboard session has ended (signed out or expired): sign in again"
+            if session
+            else "the token is unknown, revoked or expired"
+        )
+        raise ApiError(401, "UnauthorizedUserError", message)
     return principal
 
 

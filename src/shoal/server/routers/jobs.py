@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
-from sqlalchemy import bindparam, select
+from fastapi import APIRouter, Query, Response
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.orm import Session, defer
 
 from shoal.core.arrays import held_at_submission
@@ -61,6 +61,16 @@ _SUMMARY_ONLY = tuple(
         Job.submit_dir,
     )
 )
+# ``sort`` keys of the job list; ``-KEY`` sorts descending. Ties go newest first.
+_SORT_KEYS = {
+    "submitted": Job.seq,
+    "name": Job.name,
+    "state": Job.state,
+    "user": Job.user,
+    "vc": Job.virtual_cluster,
+    "priority": Job.priority,
+}
+SORTS = tuple(k for key in _SORT_KEYS for k in (key, f"-{key}"))
 _SUMMARIES = select(Job).options(*_SUMMARY_ONLY).where(Job.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -95,6 +105,7 @@ async def submit_job(body: SubmitRequest, ctx: Context, caller: Caller) -> list[
 def list_jobs(
     ctx: Context,
     caller: Caller,
+    response: Response,
     state: Annotated[
         list[str] | None, Query(description=f"Only jobs in these states: {', '.join(JOB_STATES)}.")
     ] = None,
@@ -109,6 +120,16 @@ def list_jobs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    q: Annotated[
+        str | None, Query(max_length=200, description="Only jobs whose name or id contains this.")
+    ] = None,
+    vc: Annotated[str | None, Query(description="Only jobs in this virtual cluster.")] = None,
+    sort: Annotated[
+        str, Query(description=f"Order: {', '.join(SORTS)} (``-``: descending).")
+    ] = "-submitted",
+    total: Annotated[
+        bool, Query(description="Count every match too: the X-Total-Count header.")
+    ] = False,
 ) -> list[JobSummary]:
     """Jobs, newest first. By default non-admins see their own jobs and admins everyone's; with
     ``allUsers`` (or ``user=all``) or ``user=NAME`` anyone sees the summaries of everyone's (or
@@ -122,13 +143,12 @@ def list_jobs(
             "InvalidParametersError",
             f"state: {bad[0]!r} is not a job state; use one of {', '.join(JOB_STATES)}",
         )
-    query = (
-        select(Job.id)
-        .where(Job.array_job_id.is_(None))
-        .order_by(Job.seq.desc())
-        .limit(limit)
-        .offset(offset)
-    )
+    if sort not in SORTS:
+        raise ApiError(
+            422, "InvalidParametersError", f"sort: {sort!r} is not one of {', '.join(SORTS)}"
+        )
+    column = _SORT_KEYS[sort.lstrip("-")]
+    query = select(Job.id).where(Job.array_job_id.is_(None))
     if user is not None and user != "all":
         query = query.where(Job.user == user)
     elif not (allUsers or user == "all" or caller.is_admin):
@@ -137,10 +157,22 @@ def list_jobs(
         query = query.where(Job.state.in_(state))
     if since is not None:
         query = query.where(Job.submitted_at >= since)
+    if vc:
+        query = query.where(Job.virtual_cluster == vc)
+    if q:
+        pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query = query.where(
+            or_(Job.name.like(pattern, escape="\\"), Job.id.like(pattern, escape="\\"))
+        )
+    order = column.desc() if sort.startswith("-") else column.asc()
+    page = query.order_by(order, Job.seq.desc()).limit(limit).offset(offset)
     with ctx.db.read() as session:
+        if total:
+            count = session.scalar(select(func.count()).select_from(query.subquery()))
+            response.headers["X-Total-Count"] = str(count or 0)
         # The page's ids first, then its rows: sorting ids is cheap, sorting whole rows (job
         # files, specs) of every match before the limit is not.
-        ids = list(session.scalars(query))
+        ids = list(session.scalars(page))
         loaded = {j.id: j for j in session.scalars(_SUMMARIES, {"ids": ids})} if ids else {}
         jobs = [loaded[job_id] for job_id in ids if job_id in loaded]
         nodes = nodes_of(session, jobs)

@@ -255,7 +255,9 @@ def create_token(
     return out, token
 
 
-def login(ctx: ServerContext, name: str, password: str, expires_in_s: float) -> tuple[str, bool]:
+def login(
+    ctx: ServerContext, name: str, password: str, expires_in_s: float, label: str = "login"
+) -> tuple[str, bool]:
     """A user token for ``expires_in_s`` seconds; 400 ``NoUserError`` or ``IncorrectPasswordError``
     otherwise, as OpenPAI's basic login answers."""
     with ctx.db.read() as session:
@@ -273,7 +275,7 @@ def login(ctx: ServerContext, name: str, password: str, expires_in_s: float) -> 
                 user_id=user.id,
                 token_hash=hash_token(token),
                 kind="user",
-                label="login",
+                label=label,
                 created_at=now,
                 expires_at=now + expires_in_s,
             )

@@ -1,0 +1,90 @@
+"""The dashboard's files and the job templates its Submit page offers.
+
+The page is a small single-page app (``web/``, TypeScript with Preact, built by ``make web`` into
+``server/web/dist``). Everything it loads comes from here: no CDN, no font or script from
+elsewhere, which its Content-Security-Policy also enforces in the browser."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from pydantic import BaseModel
+
+from shoal.server.deps import Caller
+
+router = APIRouter()
+
+DIST = Path(__file__).resolve().parent.parent / "web" / "dist"
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>shoal</title>
+<h1>The dashboard is not built</h1>
+<p>This shoal was installed without its web files. In a checkout, <code>make web</code> builds
+them (Node.js and npm needed); the API and the CLI work without them.</p>"""
+
+TEMPLATES = (
+    ("native", "native", "native.yaml"),
+    ("native-distributed", "native", "native-distributed.yaml"),
+    ("pai", "pai", "pai.yaml"),
+    ("pai-distributed", "pai", "pai-distributed.yaml"),
+    ("pai-v1", "pai-v1", "pai-v1.json"),
+    ("pai-v1-distributed", "pai-v1", "pai-v1-distributed.json"),
+    ("maro", "maro", "maro.yaml"),
+    ("maro-distributed", "maro", "maro-distributed.yaml"),
+)
+
+
+class JobTemplate(BaseModel):
+    name: str
+    format: str
+    text: str
+
+
+@router.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/ui", include_in_schema=False)
+def ui_root() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/ui/{path:path}", include_in_schema=False)
+def ui(path: str) -> Response:
+    """A built asset (named by its content hash: cached for good), else the app's page (routes
+    are after ``#``, so every other path is the page itself)."""
+    if path.startswith("assets/"):
+        asset = (DIST / path).resolve()
+        if asset.is_relative_to(DIST / "assets") and asset.is_file():
+            headers = {**SECURITY_HEADERS, "Cache-Control": "public, max-age=31536000, immutable"}
+            return FileResponse(asset, headers=headers)
+        return Response("no such file", status_code=404, media_type="text/plain")
+    index = DIST / "index.html"
+    if not index.is_file():
+        return HTMLResponse(NOT_BUILT, status_code=503, headers=SECURITY_HEADERS)
+    return FileResponse(index, headers={**SECURITY_HEADERS, "Cache-Control": "no-cache"})
+
+
+@router.get("/api/v1/job-templates", response_model=list[JobTemplate], tags=["dashboard"])
+def job_templates(_: Caller) -> list[JobTemplate]:
+    """The job file templates `shoal job template` prints, one per format (and a distributed
+    variant of each)."""
+    folder = resources.files("shoal.spec").joinpath("templates")
+    return [
+        JobTemplate(name=name, format=fmt, text=folder.joinpath(file).read_text("utf-8"))
+        for name, fmt, file in TEMPLATES
+    ]
