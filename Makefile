@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps containers wheelhouse run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
+.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -54,6 +54,24 @@ $(SDK_STAMP): $(SDK_DIR)/package.json $(SDK_DIR)/package-lock.json
 			"then run make setup)"; \
 	fi
 
+# The web dashboard (web/: TypeScript, Preact, uPlot, xterm.js, CodeMirror), pinned by its
+# lockfile and built into the Python package, which the server serves at /ui/. Without node or
+# npm it says so: the server then answers /ui/ with how to build it, and the browser tests skip.
+WEB_DIST := src/shoal/server/web/dist/index.html
+WEB_SOURCES := web/package.json web/package-lock.json web/index.html web/vite.config.ts \
+	web/tsconfig.json $(wildcard web/src/*.ts web/src/*.tsx web/src/*.css web/src/pages/*.tsx)
+$(WEB_DIST): $(WEB_SOURCES)
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		echo "building the dashboard (npm ci, vite build)"; \
+		cd web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
+			&& npm run --silent build; \
+	else \
+		echo "node or npm is missing: the dashboard is not built (install Node.js with npm," \
+			"then run make web)"; \
+	fi
+
+web: $(WEB_DIST)
+
 # Built while the package registry is reachable (pip's cache makes it quick), used offline later.
 $(WHEEL_STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip wheel --quiet --wheel-dir $(WHEELHOUSE) . 'setuptools>=68,<81'
@@ -61,16 +79,20 @@ $(WHEEL_STAMP): $(RUN_STAMP)
 
 wheelhouse: $(WHEEL_STAMP)
 
-# The SSH tests run a real sshd (openssh-server, a Debian package) inside network namespaces.
-# Quiet when it is there; installed through apt-get when it is not.
+# The SSH tests run a real sshd (openssh-server, a Debian package) inside network namespaces;
+# the browser tests drive Debian's chromium through Playwright (no browser download).
+# Quiet when they are there; installed through apt-get when they are not.
 system-deps:
-	@if [ ! -x /usr/sbin/sshd ]; then \
+	@missing=""; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
 		if command -v apt-get >/dev/null 2>&1; then \
-			echo "installing openssh-server (the SSH tests run sshd)"; \
+			echo "installing$$missing (the SSH and browser tests need them)"; \
 			$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-				$(SUDO) apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; \
+				$(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 		else \
-			echo "openssh-server is missing and there is no apt-get: the SSH tests will be skipped"; \
+			echo "$$missing missing and there is no apt-get: the tests that need them will be skipped"; \
 		fi; \
 	fi
 
@@ -90,13 +112,13 @@ $(TORCH_STAMP): $(STAMP)
 # `--context local`: the commands talk to this cluster even if a shoal context is current.
 # Tasks run with the submitting shell's PATH, so the job is submitted with the venv's bin first
 # (its python has numpy), as after `source .venv/bin/activate`.
-run: setup-runtime
+run: setup-runtime web
 	$(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2 $(if $(PORT),--port $(PORT))
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/shoal --context local job submit \
 		examples/rl-actor-learner/job.yaml --wait
 	$(BIN)/shoal --context local job logs rl-actor-learner --task learner/0
 	$(BIN)/shoal --context local job status rl-actor-learner
-	@echo "shoal is still running: try '.venv/bin/shoal status', stop it with '.venv/bin/shoal down'"
+	@echo "shoal is still running: try '.venv/bin/shoal status' or the dashboard ('.venv/bin/shoal ui'), stop it with '.venv/bin/shoal down'"
 
 lint: setup
 	$(BIN)/ruff check src tests bench
@@ -108,7 +130,7 @@ format: setup
 	$(BIN)/ruff format src tests bench
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
-test: lint $(TORCH_STAMP) system-deps containers
+test: lint $(TORCH_STAMP) system-deps containers web
 	$(BIN)/python -m pytest -q -n 2
 
 test-fast: lint

@@ -32,6 +32,7 @@ PUBLIC = {
     ("get", "/api/v1/join/ca"),
     ("post", "/api/v1/join"),
     ("post", "/api/v1/session"),  # signing in to the dashboard
+    ("get", "/api/v1/session"),  # the page asks whether it is signed in (no 401 in its console)
 }
 
 

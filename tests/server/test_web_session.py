@@ -67,6 +67,14 @@ def test_a_token_signs_in_with_an_httponly_strict_cookie_and_signing_out_ends_it
     refused = api.get("/api/v1/me")
     assert refused.status_code == 401
     assert "sign in again" in refused.json()["message"]
+    assert api.get("/api/v1/session").json() == {
+        "signedIn": False,
+        "user": None,
+        "admin": False,
+        "groups": [],
+        "csrfToken": "",
+        "expiresIn": None,
+    }
     # the token the user signed in with still works
     assert api.get("/api/v1/me", headers={"Authorization": f"Bearer {token}"}).status_code == 200
 

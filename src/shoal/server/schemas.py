@@ -396,3 +396,13 @@ class ImageRemoved(BaseModel):
         description="Queued jobs that need this image: they wait (ImageNotFound) until it is "
         "pushed again.",
     )
+
+
+class JobSource(BaseModel):
+    """The job file as submitted: the dashboard's "clone and resubmit" starts from it."""
+
+    id: str
+    name: str
+    format: str
+    text: str
+    virtualCluster: str

@@ -18,6 +18,7 @@ from shoal.server.schemas import (
     ArrayOut,
     EventOut,
     JobDetail,
+    JobSource,
     JobSummary,
     LogChunk,
     PendingDetail,
@@ -203,6 +204,20 @@ def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
         detail = job_detail(session, found, position_of(ctx.positions, found))
         detail.accounting = job_accounts(session, [found], ctx.clock())[found.id]
         return detail
+
+
+@router.get("/{job}/source", response_model=JobSource)
+def get_source(job: str, ctx: Context, caller: Caller) -> JobSource:
+    """The job file as it was submitted (its owner and admins)."""
+    with ctx.db.read() as session:
+        found = job_service.find_job(session, caller, job)
+        return JobSource(
+            id=found.id,
+            name=found.name,
+            format=found.source_format,
+            text=found.source_text,
+            virtualCluster=found.virtual_cluster,
+        )
 
 
 @router.get("/{job}/pending-reason", response_model=PendingDetail)

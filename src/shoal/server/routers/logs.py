@@ -6,10 +6,17 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
+from fastapi.responses import FileResponse, Response
+from sqlalchemy import select
 
+from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import LogLines
+from shoal.server.services import jobs as job_service
+from shoal.server.services.arrays import no_logs_of_a_parent
 from shoal.server.services.log_lines import LinesQuery, read_lines
+from shoal.server.services.logs import log_path
+from shoal.store.models import Task
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -52,3 +59,47 @@ def get_log_lines(
         limit=limit,
     )
     return read_lines(ctx, caller, job, query)
+
+
+@router.get(
+    "/{job}/logs/download",
+    response_class=FileResponse,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+def download_log(
+    job: str,
+    ctx: Context,
+    caller: Caller,
+    role: str,
+    index: Annotated[int, Query(ge=0)] = 0,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    attempt: Annotated[int | None, Query(ge=1, description="Task try (default: the last).")] = (
+        None
+    ),
+) -> Response:
+    """One task's whole log of the job's current attempt, as a file (also once the job ended)."""
+    with ctx.db.read() as session:
+        found = job_service.find_job(session, caller, job)
+        no_logs_of_a_parent(found)
+        task = session.scalars(
+            select(Task).where(
+                Task.job_id == found.id,
+                Task.job_attempt == found.attempt,
+                Task.role == role,
+                Task.index == index,
+            )
+        ).first()
+        if task is None:
+            raise ApiError(404, "NoTaskError", f"job {found.id} has no task {role}/{index} (yet)")
+        which = attempt or task.attempt
+        if not 1 <= which <= task.attempt:
+            raise ApiError(404, "NoTaskLogError", f"task {role}/{index} has no try {which}")
+        path = log_path(ctx, task, which, stream)
+    name = f"{found.name}-{role}-{index}-try{which}.{stream}.log"
+    if not path.exists():  # nothing written yet: an empty file, not an error
+        return Response(
+            b"",
+            media_type="text/plain",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+    return FileResponse(path, media_type="text/plain; charset=utf-8", filename=name)

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from shoal.server.context import ApiError
-from shoal.server.deps import Caller, Context
+from shoal.server.deps import Caller, Context, principal_of_token
 from shoal.server.services import web_sessions
 from shoal.server.services.web_sessions import SESSION_COOKIE, SESSION_S, csrf_token
 
@@ -23,10 +23,11 @@ class SignIn(BaseModel):
 
 
 class SessionOut(BaseModel):
-    user: str
-    admin: bool
+    signedIn: bool = True
+    user: str | None
+    admin: bool = False
     groups: list[str] = []
-    csrfToken: str = Field(description="Send it as X-Shoal-CSRF on every state-changing call.")
+    csrfToken: str = Field("", description="Send it as X-Shoal-CSRF on every state-changing call.")
     expiresIn: float | None = None
 
 
@@ -60,14 +61,21 @@ def sign_in(body: SignIn, response: Response, ctx: Context) -> SessionOut:
 
 
 @router.get("", response_model=SessionOut)
-def current(request: Request, caller: Caller) -> SessionOut:
-    """Who this session (or token) is; 401 when not signed in."""
+async def current(request: Request, ctx: Context) -> SessionOut:
+    """Who this browser's session is: ``signedIn: false`` (not a 401) when there is none or it
+    has ended, so the page asks without an error."""
     token = request.cookies.get(SESSION_COOKIE, "")
+    try:
+        caller = await principal_of_token(ctx, token, session=True) if token else None
+    except ApiError:
+        caller = None
+    if caller is None or caller.kind not in ("user", "application"):
+        return SessionOut(signedIn=False, user=None)
     return SessionOut(
         user=caller.user,
         admin=caller.is_admin,
         groups=list(caller.groups),
-        csrfToken=csrf_token(token) if token else "",
+        csrfToken=csrf_token(token),
     )
 
 

@@ -1,0 +1,195 @@
+import { useState } from "preact/hooks";
+import { get, post } from "../api";
+import { ErrorBanner, Loading, Meter, StateBadge } from "../components";
+import { NodeCharts } from "../metrics";
+import type { NodeOut, Session } from "../types";
+import { ago, clock, mib, num, useLoad } from "../util";
+
+function Actions({ node, onDone }: { node: NodeOut; onDone: (e: unknown) => void }) {
+  const act = async (verb: string) => {
+    try {
+      await post(`/api/v1/nodes/${encodeURIComponent(node.name)}/${verb}`);
+      onDone(null);
+    } catch (err) {
+      onDone(err);
+    }
+  };
+  return (
+    <span class="actions">
+      {node.schedulable ? (
+        <>
+          <button class="secondary small" onClick={() => act("cordon")}>
+            Cordon
+          </button>
+          <button class="secondary small" onClick={() => act("drain")}>
+            Drain
+          </button>
+        </>
+      ) : (
+        <button class="secondary small" onClick={() => act("uncordon")}>
+          Uncordon
+        </button>
+      )}
+    </span>
+  );
+}
+
+function NodeRow({ node, admin, onDone }: { node: NodeOut; admin: boolean; onDone: (e: unknown) => void }) {
+  const cpu = node.allocated.cpus ?? 0;
+  const memory = node.allocated.memoryMiB ?? 0;
+  const gpus = node.allocated.gpus ?? 0;
+  return (
+    <tr data-node={node.name}>
+      <td>
+        <a href={`#/nodes/${encodeURIComponent(node.name)}`}>{node.name}</a>
+      </td>
+      <td>
+        <StateBadge state={node.state} />
+        {node.schedulable ? "" : <span class="muted"> cordoned</span>}
+      </td>
+      <td>{node.address}</td>
+      <td>
+        <Meter used={cpu} total={node.cpus} label={`${num(cpu)} / ${num(node.cpus)}`} />
+      </td>
+      <td>
+        <Meter used={memory} total={node.memoryMiB} label={`${mib(memory)} / ${mib(node.memoryMiB)}`} />
+      </td>
+      <td>
+        {node.gpus ? (
+          <Meter used={gpus} total={node.gpus} label={`${gpus} / ${node.gpus} ${node.gpuType ?? ""}`} />
+        ) : (
+          "—"
+        )}
+      </td>
+      <td>{node.tasks}</td>
+      <td>
+        {Object.entries(node.labels)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(" ")}
+      </td>
+      <td>{ago(node.lastSeen)}</td>
+      {admin ? (
+        <td>
+          <Actions node={node} onDone={onDone} />
+        </td>
+      ) : null}
+    </tr>
+  );
+}
+
+export function Nodes({ session }: { session: Session }) {
+  const nodes = useLoad(() => get<NodeOut[]>("/api/v1/nodes"), []);
+  const [error, setError] = useState<unknown>(null);
+  const done = (err: unknown) => {
+    setError(err);
+    nodes.reload();
+  };
+  return (
+    <div>
+      <h2>Nodes</h2>
+      <ErrorBanner error={error ?? nodes.error} />
+      {!nodes.data ? (
+        <Loading what="nodes" />
+      ) : (
+        <table class="list" data-testid="nodes-table">
+          <thead>
+            <tr>
+              <th>Node</th>
+              <th>State</th>
+              <th>Address</th>
+              <th>CPU reserved</th>
+              <th>Memory reserved</th>
+              <th>GPUs reserved</th>
+              <th>Tasks</th>
+              <th>Labels</th>
+              <th>Seen</th>
+              {session.admin ? <th /> : null}
+            </tr>
+          </thead>
+          <tbody>
+            {nodes.data.map((node) => (
+              <NodeRow node={node} admin={session.admin} onDone={done} />
+            ))}
+          </tbody>
+        </table>
+      )}
+      {nodes.data && nodes.data.length === 0 ? (
+        <p class="muted">No node has joined. `shoal up` starts local ones; `shoal agent join` adds machines.</p>
+      ) : null}
+    </div>
+  );
+}
+
+interface NodeEvent {
+  at: number;
+  kind: string;
+  by: string;
+  message: string;
+}
+
+export function NodePage({ name, session }: { name: string; session: Session }) {
+  const nodes = useLoad(() => get<NodeOut[]>("/api/v1/nodes"), [name]);
+  const events = useLoad(() => get<NodeEvent[]>(`/api/v1/nodes/${encodeURIComponent(name)}/events`), [name]);
+  const [error, setError] = useState<unknown>(null);
+  const node = nodes.data?.find((n) => n.name === name);
+  if (nodes.data && !node) {
+    return (
+      <div>
+        <h2>Node {name}</h2>
+        <ErrorBanner error={`no node ${name}`} />
+      </div>
+    );
+  }
+  if (!node) return <Loading what={`node ${name}`} />;
+  return (
+    <div>
+      <div class="titlebar">
+        <h2>
+          {node.name} <StateBadge state={node.state} />
+        </h2>
+        {session.admin ? (
+          <Actions
+            node={node}
+            onDone={(err) => {
+              setError(err);
+              nodes.reload();
+            }}
+          />
+        ) : null}
+      </div>
+      <ErrorBanner error={error} />
+      <dl class="facts">
+        <dt>Address</dt>
+        <dd>{node.address}</dd>
+        <dt>Capacity</dt>
+        <dd>
+          {num(node.cpus)} CPUs, {mib(node.memoryMiB)}, {node.gpus} GPUs {node.gpuType ?? ""}
+        </dd>
+        <dt>Agent</dt>
+        <dd>
+          {node.agentVersion ?? ""} · seen {ago(node.lastSeen)}
+        </dd>
+        {Object.keys(node.unsupported).length ? (
+          <>
+            <dt>Cannot</dt>
+            <dd>
+              {Object.entries(node.unsupported)
+                .map(([k, v]) => `${k}: ${v}`)
+                .join("; ")}
+            </dd>
+          </>
+        ) : null}
+      </dl>
+      <NodeCharts name={node.name} />
+      <h3>Events</h3>
+      <ol class="timeline">
+        {(events.data ?? []).map((e) => (
+          <li>
+            <time>{clock(e.at)}</time> <strong>{e.kind}</strong> {e.message}{" "}
+            <span class="muted">{e.by}</span>
+          </li>
+        ))}
+      </ol>
+    </div>
+  );
+}

@@ -1,0 +1,150 @@
+// The shapes the pages read, as the API answers them (tests/server/openapi.snapshot.json).
+
+export interface Session {
+  signedIn: boolean;
+  user: string;
+  admin: boolean;
+  groups: string[];
+  csrfToken: string;
+}
+
+export interface PendingReason {
+  code: string | null;
+  message: string | null;
+  position: number | null;
+}
+
+export interface JobSummary {
+  id: string;
+  name: string;
+  user: string;
+  virtualCluster: string;
+  state: string;
+  priorityClass: string;
+  submittedAt: number;
+  launchedAt: number | null;
+  completedAt: number | null;
+  attempt: number;
+  exitCode: number | null;
+  exitClass: string | null;
+  taskCount: number;
+  gpus: number;
+  nodes: string[];
+  pending: PendingReason | null;
+}
+
+export interface Task {
+  role: string;
+  index: number;
+  state: string;
+  node: string;
+  address: string;
+  gpus: number[];
+  ports: Record<string, number>;
+  attempt: number;
+  job_attempt: number;
+  exitCode: number | null;
+  exitClass: string | null;
+  diagnostics: string;
+  startedAt: number | null;
+  finishedAt: number | null;
+  pid: number | null;
+  usage: Record<string, number>;
+}
+
+export interface JobDetail extends JobSummary {
+  format: string;
+  diagnostics: string;
+  roles: Record<string, unknown>[];
+  tasks: Task[];
+  retries: { platform: number; resource: number; user: number };
+}
+
+export interface JobEvent {
+  at: number;
+  kind: string;
+  role: string | null;
+  index: number | null;
+  message: string;
+}
+
+export interface PendingDetail {
+  id: string;
+  state: string;
+  virtualCluster: string;
+  code: string | null;
+  message: string | null;
+  position: number | null;
+  blockers: string[] | null;
+  preempting: string[];
+}
+
+export interface LogChunk {
+  data: string;
+  offset: number;
+  nextOffset: number;
+  complete: boolean;
+  attempt: number;
+}
+
+export interface NodeOut {
+  name: string;
+  address: string;
+  state: string;
+  schedulable: boolean;
+  hold: string;
+  cpus: number;
+  memoryMiB: number;
+  gpus: number;
+  gpuType: string | null;
+  allocated: Record<string, number>;
+  usage: Record<string, number>;
+  tasks: number;
+  labels: Record<string, string>;
+  lastSeen: number;
+  agentVersion: string | null;
+  unsupported: Record<string, string>;
+}
+
+export interface VirtualCluster {
+  name: string;
+  description: string;
+  guarantee: Record<string, number | null>;
+  used: Record<string, number>;
+  borrowLimit: Record<string, number | null> | null;
+  members: string[];
+  strictFifo: boolean;
+  preemptWithin: boolean;
+  userGpuCap: number | null;
+  clusterTotal: Record<string, number>;
+}
+
+export interface ClusterStatus {
+  totals: Record<string, number>;
+  allocated: Record<string, number>;
+  jobs: Record<string, number>;
+  nodes: NodeOut[];
+  version: string;
+}
+
+export interface Problem {
+  path: string;
+  message: string;
+  hint: string | null;
+  line: number | null;
+}
+
+export interface PlanOut {
+  name: string;
+  admitted: boolean;
+  nodes: number;
+  placements: { role: string; index: number; node: string; address: string; gpus: number[] }[];
+  reason: PendingReason | null;
+  preempting: string[];
+}
+
+export interface JobTemplate {
+  name: string;
+  format: string;
+  text: string;
+}

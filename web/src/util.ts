@@ -1,0 +1,117 @@
+// Formatting and small hooks shared by the pages.
+import { useEffect, useRef, useState } from "preact/hooks";
+import { ApiError, onChange } from "./api";
+
+export const FINAL_STATES = new Set(["SUCCEEDED", "FAILED", "STOPPED"]);
+
+export function ago(epoch: number | null | undefined, now = Date.now() / 1000): string {
+  if (!epoch) return "";
+  const s = Math.max(0, Math.round(now - epoch));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+export function duration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || seconds < 0) return "";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+export function clock(epoch: number | null | undefined): string {
+  if (!epoch) return "";
+  return new Date(epoch * 1000).toLocaleString();
+}
+
+export function mib(value: number | null | undefined): string {
+  if (value === null || value === undefined) return "";
+  if (value >= 1024) return `${(value / 1024).toFixed(value >= 10240 ? 0 : 1)} GiB`;
+  return `${Math.round(value)} MiB`;
+}
+
+export function num(value: number | null | undefined, digits = 1): string {
+  if (value === null || value === undefined) return "";
+  return Number.isInteger(value) ? String(value) : value.toFixed(digits);
+}
+
+export function errorText(error: unknown): string {
+  if (error instanceof ApiError) return `${error.message} (${error.code})`;
+  return String(error);
+}
+
+export interface Loaded<T> {
+  data: T | null;
+  error: unknown;
+  reload: () => void;
+}
+
+/** Load with ``loader`` now, again when ``deps`` change, and again whenever the server says
+ * something changed (at most every ``minGapMs``) when ``live``. */
+export function useLoad<T>(
+  loader: () => Promise<T>,
+  deps: unknown[],
+  live = true,
+  minGapMs = 400,
+): Loaded<T> {
+  const [data, setData] = useState<T | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const generation = useRef(0);
+  const last = useRef(0);
+  const timer = useRef<number | undefined>(undefined);
+
+  const run = () => {
+    const mine = ++generation.current;
+    last.current = Date.now();
+    loader().then(
+      (value) => {
+        if (mine === generation.current) {
+          setData(value);
+          setError(null);
+        }
+      },
+      (err) => {
+        if (mine === generation.current) setError(err);
+      },
+    );
+  };
+
+  useEffect(() => {
+    setData(null);
+    run();
+    if (!live) return undefined;
+    const off = onChange(() => {
+      const wait = Math.max(0, minGapMs - (Date.now() - last.current));
+      window.clearTimeout(timer.current);
+      timer.current = window.setTimeout(run, wait);
+    });
+    return () => {
+      off();
+      window.clearTimeout(timer.current);
+      generation.current++;
+    };
+  }, deps);
+
+  return { data, error, reload: run };
+}
+
+export function useHashRoute(): string {
+  const [hash, setHash] = useState(location.hash || "#/overview");
+  useEffect(() => {
+    const update = () => setHash(location.hash || "#/overview");
+    window.addEventListener("hashchange", update);
+    return () => window.removeEventListener("hashchange", update);
+  }, []);
+  return hash;
+}
+
+export function splitRoute(hash: string): { parts: string[]; params: URLSearchParams } {
+  const [path, query = ""] = hash.replace(/^#\/?/, "").split("?", 2);
+  return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), params: new URLSearchParams(query) };
+}
+
+export function go(path: string): void {
+  location.hash = path;
+}
