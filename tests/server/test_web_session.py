@@ -206,3 +206,22 @@ def test_job_templates_cover_every_format(api: TestClient, home: Path) -> None:
     templates = api.get("/api/v1/job-templates", headers=_admin(home)).json()
     assert {t["format"] for t in templates} == {"native", "pai", "pai-v1", "maro"}
     assert all(t["text"].strip() for t in templates)
+
+
+def test_check_answers_200_with_the_problems_and_lines_of_a_bad_file(
+    api: TestClient, home: Path
+) -> None:
+    headers = _admin(home)
+    bad = "version: 1\nname: x\nroles:\n  m:\n    resources: {cpu: lots}\n    command: 'true'\n"
+    answer = api.post("/api/v1/jobs/check", json={"spec": bad}, headers=headers)
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["valid"] is False
+    assert body["code"] == "InvalidJobSpec"
+    problem = body["problems"][0]
+    assert problem["path"].startswith("roles.m.resources")
+    assert problem["line"] == 5
+    good = api.post("/api/v1/jobs/check", json={"spec": JOB.format(name="ok")}, headers=headers)
+    assert good.json()["valid"] is True
+    assert good.json()["plans"][0]["name"] == "ok"
+    assert api.get("/api/v1/jobs", headers=headers).json() == []  # nothing stored

@@ -148,3 +148,11 @@ export interface JobTemplate {
   format: string;
   text: string;
 }
+
+export interface JobCheck {
+  valid: boolean;
+  code: string | null;
+  problems: Problem[];
+  warnings: Problem[];
+  plans: PlanOut[];
+}

@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { parseDocument } from "yaml";
 import { ApiError, get, post } from "../api";
 import { ErrorBanner } from "../components";
-import type { JobTemplate, PlanOut, Problem } from "../types";
+import type { JobCheck, JobTemplate, PlanOut, Problem } from "../types";
 import { go } from "../util";
 
 const FORMATS = ["auto", "native", "pai", "pai-v1", "maro"];
@@ -105,15 +105,14 @@ export function Submit({ clone }: { clone: string | null }) {
     const timer = window.setTimeout(async () => {
       const mine = version;
       try {
-        const planned = await post<PlanOut[]>("/api/v1/jobs/plan", body());
+        const check = await post<JobCheck>("/api/v1/jobs/check", body());
         if (mine !== latest.current) return;
-        setPlan(planned);
-        setProblems([]);
+        setPlan(check.valid ? check.plans : null);
+        setProblems(check.problems);
         setCheckError(null);
       } catch (err) {
         if (mine !== latest.current) return;
         setPlan(null);
-        setProblems(problemsOf(err));
         setCheckError(err);
       }
     }, 500);

@@ -13,7 +13,10 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel
 
-from shoal.server.deps import Caller
+from shoal.server.context import ApiError
+from shoal.server.deps import Caller, Context
+from shoal.server.schemas import PlanOut, PlanRequest
+from shoal.server.services.dryrun import check_jobs
 
 router = APIRouter()
 
@@ -45,6 +48,24 @@ TEMPLATES = (
     ("maro", "maro", "maro.yaml"),
     ("maro-distributed", "maro", "maro-distributed.yaml"),
 )
+
+
+class CheckProblem(BaseModel):
+    path: str
+    message: str
+    hint: str | None = None
+    line: int | None = None
+
+
+class JobCheck(BaseModel):
+    """A job file checked as the Submit page's editor changes: its problems (by field path and
+    line), its warnings, and where it would run now."""
+
+    valid: bool
+    code: str | None = None
+    problems: list[CheckProblem] = []
+    warnings: list[CheckProblem] = []
+    plans: list[PlanOut] = []
 
 
 class JobTemplate(BaseModel):
@@ -88,3 +109,26 @@ def job_templates(_: Caller) -> list[JobTemplate]:
         JobTemplate(name=name, format=fmt, text=folder.joinpath(file).read_text("utf-8"))
         for name, fmt, file in TEMPLATES
     ]
+
+
+@router.post("/api/v1/jobs/check", response_model=JobCheck, tags=["dashboard"])
+def check_job(body: PlanRequest, ctx: Context, caller: Caller) -> JobCheck:
+    """Validate a job file and dry-run it (`shoal job plan`), answering 200 either way: a file
+    with errors is a successful answer about the file (`valid: false` and its problems), so an
+    editor can call it on every change. Nothing is stored."""
+    try:
+        plans, warnings = check_jobs(ctx, caller, body)
+    except ApiError as exc:
+        if exc.status >= 500:
+            raise
+        problems = [CheckProblem.model_validate(p) for p in exc.problems or []]
+        return JobCheck(
+            valid=False,
+            code=exc.code,
+            problems=problems or [CheckProblem(path="", message=exc.message)],
+        )
+    return JobCheck(
+        valid=True,
+        warnings=[CheckProblem.model_validate(w) for w in warnings],
+        plans=plans,
+    )

@@ -22,13 +22,26 @@ DRY_RUN_ID = "dry-run"  # never a real job id (those are numbers)
 
 
 def plan_jobs(ctx: ServerContext, principal: Principal, request: PlanRequest) -> list[PlanOut]:
+    return check_jobs(ctx, principal, request)[0]
+
+
+def check_jobs(
+    ctx: ServerContext, principal: Principal, request: PlanRequest
+) -> tuple[list[PlanOut], list[dict[str, object]]]:
+    """The dry run's plans and the file's warnings; ``ApiError`` (400) for a file with errors."""
     submission = SubmitRequest(
         spec=request.spec,
         format=request.format,
         params=request.params,
         virtual_cluster=request.virtual_cluster,
     )
-    _, specs, _ = parse_submission(submission)
+    _, specs, warnings = parse_submission(submission)
+    return _plans(ctx, principal, request, specs), warnings
+
+
+def _plans(
+    ctx: ServerContext, principal: Principal, request: PlanRequest, specs: list[JobSpec]
+) -> list[PlanOut]:
     now = ctx.clock()
     with ctx.db.read() as session:
         snapshot, _ = load_snapshot(ctx, session)
