@@ -143,6 +143,15 @@ test-fast: lint
 # docs/scheduling-quality.md.
 bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api
 
+# The dashboard's pictures in docs/img/ (README, docs/dashboard.md): a throwaway local cluster,
+# photographed page by page with Debian's chromium.
+screenshots: setup web system-deps
+	$(BIN)/python scripts/screenshots.py
+
+# The browser tests alone (they are in `make test` too).
+test-browser: setup web system-deps
+	$(BIN)/python -m pytest -q tests/browser
+
 bench-scheduler: setup
 	$(BIN)/python bench/scheduler.py
 

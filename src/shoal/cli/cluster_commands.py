@@ -184,6 +184,19 @@ def status(output: OutputFormat = OUTPUT_OPTION) -> None:
     console.print("jobs: " + ", ".join(f"{n} {s.lower()}" for s, n in data["jobs"].items() if n))
 
 
+@api_errors
+def ui() -> None:
+    """The web dashboard's address, and how to sign in to it."""
+    shoal = client()
+    me = shoal.me()  # the server answers and the token is good: the page will take it too
+    console.print(f"dashboard: {shoal.url}/ui/", highlight=False)
+    console.print(
+        f"sign in as {me['name']} with a user and password, or with the token this CLI uses: "
+        f"{shoal.token_source or 'none'}",
+        highlight=False,
+    )
+
+
 @node_app.command("list")
 @api_errors
 def node_list(output: OutputFormat = OUTPUT_OPTION) -> None:
