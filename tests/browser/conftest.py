@@ -98,7 +98,7 @@ class Watched:
 
 def _watch(context: object, base: str) -> Watched:
     page = context.new_page()
-    watched = Watched(page, base, allowed=[p for p in os.environ.get("TMP_ALLOW", "").split(",") if p])
+    watched = Watched(page, base)
 
     def on_console(message: object) -> None:
         if message.type == "error":
