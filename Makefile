@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
+.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -141,7 +141,8 @@ test-fast: lint
 # cluster mode and the API under load. Each
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
-bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api
+bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api \
+	bench-dashboard
 
 # The dashboard's pictures in docs/img/ (README, docs/dashboard.md): a throwaway local cluster,
 # photographed page by page with Debian's chromium.
@@ -171,6 +172,10 @@ bench-cli: setup
 # 100,000 finished jobs (bench/api.py; docs/benchmarks.md, "API").
 bench-api: setup
 	$(BIN)/python bench/api.py
+
+# The dashboard with 2,000 jobs on 50 nodes: first render, server CPU with 5 live pages.
+bench-dashboard: setup web system-deps
+	$(BIN)/python bench/dashboard.py
 
 # Needs root: the server and agents run on network-namespace hosts (198.18.0.0/15).
 bench-cluster: setup
