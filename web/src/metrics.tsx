@@ -1,66 +1,89 @@
-// Charts over time from the server's bounded metrics history (docs/metrics.md).
+// Charts over time from the server's bounded metrics history (docs/metrics.md): columns as uPlot
+// takes them, `t` and one list per figure with null where there is no figure.
 import { get } from "./api";
 import { ErrorBanner, type Series, TimeChart } from "./components";
 import { useLoad } from "./util";
 
+type Column = (number | null)[];
+
 export interface MetricSeries {
   t: number[];
-  [column: string]: number[] | (number | null)[] | unknown;
+  series: Record<string, Column>;
+  gpus?: { index: number; series: Record<string, Column> }[];
 }
 
-function column(body: MetricSeries, name: string): (number | null)[] {
-  const values = body[name];
-  return Array.isArray(values) ? (values as (number | null)[]) : [];
-}
+const GIB = (values: Column): Column => values.map((v) => (v === null ? null : v / 1024));
 
-const CHARTS: { title: string; unit: string; lines: [string, string, string][] }[] = [
+const CHARTS: { title: string; unit: string; lines: [string, string, string][]; scale?: (c: Column) => Column }[] = [
   {
     title: "CPU",
     unit: "cores",
     lines: [
-      ["capacity", "cpu_capacity", "#9aa5b1"],
-      ["reserved", "cpu_allocated", "#3d7dd8"],
-      ["in use", "cpu_used", "#e8590c"],
+      ["capacity", "cpuCapacity", "#9aa5b1"],
+      ["reserved", "cpuAllocated", "#3d7dd8"],
+      ["in use", "cpuUsed", "#e8590c"],
     ],
   },
   {
     title: "Memory",
     unit: "GiB",
+    scale: GIB,
     lines: [
-      ["capacity", "memory_capacity_gib", "#9aa5b1"],
-      ["reserved", "memory_allocated_gib", "#3d7dd8"],
-      ["in use", "memory_used_gib", "#e8590c"],
+      ["capacity", "memoryCapacityMiB", "#9aa5b1"],
+      ["reserved", "memoryAllocatedMiB", "#3d7dd8"],
+      ["in use", "memoryUsedMiB", "#e8590c"],
     ],
   },
   {
     title: "GPUs",
     unit: "GPUs",
     lines: [
-      ["capacity", "gpu_capacity", "#9aa5b1"],
-      ["reserved", "gpu_allocated", "#3d7dd8"],
-      ["busy", "gpu_busy", "#e8590c"],
+      ["capacity", "gpuCapacity", "#9aa5b1"],
+      ["reserved", "gpuAllocated", "#3d7dd8"],
+      ["busy", "gpuUsed", "#e8590c"],
     ],
   },
 ];
 
+const COLORS = ["#e8590c", "#2f9e44", "#7048e8", "#1098ad", "#d6336c", "#f59f00", "#495057", "#3d7dd8"];
+
 function Charts({ body }: { body: MetricSeries }) {
+  const charts = CHARTS.map((chart) => {
+    const series: Series[] = chart.lines
+      .map(([label, name, color]) => {
+        const values = body.series[name] ?? [];
+        return { label, values: chart.scale ? chart.scale(values) : values, color };
+      })
+      .filter((s) => s.values.length === body.t.length && s.values.some((v) => v !== null));
+    // GPUs: only when the cluster has some
+    if (chart.title === "GPUs" && !series.some((s) => s.values.some((v) => v))) return null;
+    if (!series.length) return null;
+    return <TimeChart title={chart.title} unit={chart.unit} times={body.t} series={series} />;
+  });
+  const gpus = body.gpus ?? [];
   return (
     <div class="charts">
-      {CHARTS.map((chart) => {
-        const series: Series[] = chart.lines
-          .map(([label, name, color]) => ({ label, values: column(body, name), color }))
-          .filter((s) => s.values.length === body.t.length && s.values.some((v) => v !== null));
-        if (!series.length) return null;
-        return <TimeChart title={chart.title} unit={chart.unit} times={body.t} series={series} />;
-      })}
+      {charts}
+      {gpus.length ? (
+        <TimeChart
+          title="GPU utilisation (NVML)"
+          unit="%"
+          times={body.t}
+          series={gpus.map((g, i) => ({
+            label: `GPU ${g.index}`,
+            values: g.series.utilizationPercent ?? [],
+            color: COLORS[i % COLORS.length],
+          }))}
+        />
+      ) : null}
     </div>
   );
 }
 
 export function ClusterCharts() {
-  const metrics = useLoad(() => get<MetricSeries>("/api/v1/metrics/cluster"), [], true, 5000);
+  const metrics = useLoad(() => get<MetricSeries>("/api/v1/metrics/cluster"), [], false, 0, 10_000);
   return (
-    <section>
+    <section data-testid="cluster-charts">
       <ErrorBanner error={metrics.error} />
       {metrics.data ? <Charts body={metrics.data} /> : null}
     </section>
@@ -71,8 +94,9 @@ export function NodeCharts({ name }: { name: string }) {
   const metrics = useLoad(
     () => get<MetricSeries>(`/api/v1/nodes/${encodeURIComponent(name)}/metrics`),
     [name],
-    true,
-    5000,
+    false,
+    0,
+    10_000,
   );
   return (
     <section data-testid="node-charts">

@@ -48,13 +48,15 @@ export interface Loaded<T> {
   reload: () => void;
 }
 
-/** Load with ``loader`` now, again when ``deps`` change, and again whenever the server says
- * something changed (at most every ``minGapMs``) when ``live``. */
+/** Load with ``loader`` now, again when ``deps`` change, again whenever the server says
+ * something changed (at most every ``minGapMs``) when ``live``, and every ``everyMs`` if set
+ * (figures that change without an event: load charts). */
 export function useLoad<T>(
   loader: () => Promise<T>,
   deps: unknown[],
   live = true,
   minGapMs = 400,
+  everyMs = 0,
 ): Loaded<T> {
   const [data, setData] = useState<T | null>(null);
   const [error, setError] = useState<unknown>(null);
@@ -81,14 +83,17 @@ export function useLoad<T>(
   useEffect(() => {
     setData(null);
     run();
-    if (!live) return undefined;
-    const off = onChange(() => {
-      const wait = Math.max(0, minGapMs - (Date.now() - last.current));
-      window.clearTimeout(timer.current);
-      timer.current = window.setTimeout(run, wait);
-    });
+    const every = everyMs > 0 ? window.setInterval(run, everyMs) : undefined;
+    const off = live
+      ? onChange(() => {
+          const wait = Math.max(0, minGapMs - (Date.now() - last.current));
+          window.clearTimeout(timer.current);
+          timer.current = window.setTimeout(run, wait);
+        })
+      : () => undefined;
     return () => {
       off();
+      window.clearInterval(every);
       window.clearTimeout(timer.current);
       generation.current++;
     };

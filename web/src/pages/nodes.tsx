@@ -120,6 +120,77 @@ export function Nodes({ session }: { session: Session }) {
   );
 }
 
+interface NodeTask {
+  jobId: string;
+  jobName: string;
+  user: string;
+  role: string;
+  index: number;
+  state: string;
+  cpu: number;
+  memoryMiB: number;
+  gpus: number[];
+  ports: Record<string, number[]>;
+  startedAt: number | null;
+  usage: Record<string, number>;
+  command: string | null;
+}
+
+function NodeTasks({ name }: { name: string }) {
+  const tasks = useLoad(() => get<NodeTask[]>(`/api/v1/nodes/${encodeURIComponent(name)}/tasks`), [name]);
+  return (
+    <section>
+      <h3>Tasks on this node</h3>
+      <ErrorBanner error={tasks.error} />
+      {tasks.data && tasks.data.length === 0 ? <p class="muted">None.</p> : null}
+      {tasks.data && tasks.data.length ? (
+        <table class="list" data-testid="node-tasks">
+          <thead>
+            <tr>
+              <th>Job</th>
+              <th>Task</th>
+              <th>User</th>
+              <th>State</th>
+              <th>CPU</th>
+              <th>Memory</th>
+              <th>GPUs</th>
+              <th>Ports</th>
+              <th>Started</th>
+            </tr>
+          </thead>
+          <tbody>
+            {tasks.data.map((t) => (
+              <tr>
+                <td>
+                  <a href={`#/jobs/${encodeURIComponent(t.jobId)}`}>
+                    {t.jobName} <span class="muted">{t.jobId}</span>
+                  </a>
+                </td>
+                <td title={t.command ?? ""}>
+                  {t.role}/{t.index}
+                </td>
+                <td>{t.user}</td>
+                <td>
+                  <StateBadge state={t.state} />
+                </td>
+                <td>{num(t.cpu)}</td>
+                <td>{mib(t.memoryMiB)}</td>
+                <td>{t.gpus.join(",")}</td>
+                <td>
+                  {Object.entries(t.ports)
+                    .map(([k, v]) => `${k}=${v.join(",")}`)
+                    .join(" ")}
+                </td>
+                <td>{ago(t.startedAt)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      ) : null}
+    </section>
+  );
+}
+
 interface NodeEvent {
   at: number;
   kind: string;
@@ -181,6 +252,7 @@ export function NodePage({ name, session }: { name: string; session: Session }) 
         ) : null}
       </dl>
       <NodeCharts name={node.name} />
+      <NodeTasks name={node.name} />
       <h3>Events</h3>
       <ol class="timeline">
         {(events.data ?? []).map((e) => (

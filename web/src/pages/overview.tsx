@@ -1,104 +1,134 @@
 import { get } from "../api";
 import { Card, ErrorBanner, Loading, Meter } from "../components";
 import { ClusterCharts } from "../metrics";
-import type { ClusterStatus, VirtualCluster } from "../types";
 import { mib, num, useLoad } from "../util";
 
 const STATES = ["WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED"];
 
+type Vector = { cpu: number | null; memoryMiB: number | null; gpu: number | null };
+
+interface OverviewOut {
+  nodes: { total: number; byState: Record<string, number> };
+  capacity: Vector;
+  allocated: Vector;
+  used: Vector & { at: number | null };
+  jobs: Record<string, number>;
+  virtualClusters: {
+    name: string;
+    guarantee: Vector;
+    used: Vector;
+    borrowed: Vector;
+    lent: Vector;
+    waitingJobs: number;
+    runningJobs: number;
+  }[];
+}
+
+function Resource({ title, data, key_, show }: { title: string; data: OverviewOut; key_: keyof Vector; show: (v: number | null) => string }) {
+  const capacity = data.capacity[key_] ?? 0;
+  const reserved = data.allocated[key_] ?? 0;
+  const used = data.used[key_];
+  return (
+    <Card title={title}>
+      <Meter used={reserved} total={capacity} label={`${show(reserved)} of ${show(capacity)} reserved`} />
+      <p class="muted">{used === null ? "use: not reported" : `in use: ${show(used)}`}</p>
+    </Card>
+  );
+}
+
+function VcMeter({ used, guarantee, show }: { used: number | null; guarantee: number | null; show: (v: number | null) => string }) {
+  return (
+    <Meter
+      used={used ?? 0}
+      total={guarantee ?? used ?? 0}
+      label={`${show(used)} / ${guarantee === null ? "any" : show(guarantee)}`}
+    />
+  );
+}
+
 export function Overview() {
-  const cluster = useLoad(() => get<ClusterStatus>("/api/v1/cluster"), []);
-  const vcs = useLoad(() => get<VirtualCluster[]>("/api/v1/virtual-clusters"), []);
-  const data = cluster.data;
+  const overview = useLoad(() => get<OverviewOut>("/api/v1/overview"), [], true, 1000, 15_000);
+  const data = overview.data;
+  const cores = (v: number | null) => num(v);
   return (
     <div>
       <h2>Cluster</h2>
-      <ErrorBanner error={cluster.error} />
+      <ErrorBanner error={overview.error} />
       {!data ? (
         <Loading what="the cluster" />
       ) : (
-        <div class="cards" data-testid="capacity">
-          <Card title="CPU">
-            <Meter
-              used={data.allocated.cpus ?? 0}
-              total={data.totals.cpus ?? 0}
-              label={`${num(data.allocated.cpus)} of ${num(data.totals.cpus)} cores reserved`}
-            />
-          </Card>
-          <Card title="Memory">
-            <Meter
-              used={data.allocated.memoryMiB ?? 0}
-              total={data.totals.memoryMiB ?? 0}
-              label={`${mib(data.allocated.memoryMiB)} of ${mib(data.totals.memoryMiB)} reserved`}
-            />
-          </Card>
-          <Card title="GPUs">
-            <Meter
-              used={data.allocated.gpus ?? 0}
-              total={data.totals.gpus ?? 0}
-              label={`${num(data.allocated.gpus)} of ${num(data.totals.gpus)} reserved`}
-            />
-          </Card>
-          <Card title="Nodes">
-            <p class="big">{data.nodes.length}</p>
-            <a href="#/nodes">{data.nodes.filter((n) => n.state === "READY").length} ready</a>
-          </Card>
-        </div>
+        <>
+          <div class="cards" data-testid="capacity">
+            <Resource title="CPU (cores)" data={data} key_="cpu" show={cores} />
+            <Resource title="Memory" data={data} key_="memoryMiB" show={mib} />
+            <Resource title="GPUs" data={data} key_="gpu" show={cores} />
+            <Card title="Nodes">
+              <p class="big">{data.nodes.total}</p>
+              <a href="#/nodes">
+                {Object.entries(data.nodes.byState)
+                  .filter(([, n]) => n)
+                  .map(([s, n]) => `${n} ${s.toLowerCase().replace("_", " ")}`)
+                  .join(", ") || "none"}
+              </a>
+            </Card>
+          </div>
+          <h3>Jobs by state</h3>
+          <div class="states" data-testid="jobs-by-state">
+            {STATES.map((state) => (
+              <a class={`count state-${state.toLowerCase()}`} href={`#/jobs?state=${state}`}>
+                <strong>{data.jobs[state] ?? 0}</strong> {state.toLowerCase()}
+              </a>
+            ))}
+          </div>
+        </>
       )}
-      <h3>Jobs by state</h3>
-      {data ? (
-        <div class="states" data-testid="jobs-by-state">
-          {STATES.map((state) => (
-            <a class={`count state-${state.toLowerCase()}`} href={`#/jobs?state=${state}`}>
-              <strong>{data.jobs[state] ?? 0}</strong> {state.toLowerCase()}
-            </a>
-          ))}
-        </div>
-      ) : null}
       <h3>Use over time</h3>
       <ClusterCharts />
       <h3>Virtual clusters</h3>
-      <ErrorBanner error={vcs.error} />
-      <table class="list">
-        <thead>
-          <tr>
-            <th>VC</th>
-            <th>CPU used / guaranteed</th>
-            <th>GPUs used / guaranteed</th>
-            <th>Borrowing</th>
-          </tr>
-        </thead>
-        <tbody>
-          {(vcs.data ?? []).map((vc) => {
-            const cpuG = vc.guarantee.cpu;
-            const gpuG = vc.guarantee.gpu;
-            const borrowing =
-              (cpuG !== null && (vc.used.cpu ?? 0) > cpuG) || (gpuG !== null && (vc.used.gpu ?? 0) > gpuG);
-            return (
+      {data ? (
+        <table class="list" data-testid="overview-vcs">
+          <thead>
+            <tr>
+              <th>VC</th>
+              <th>CPU used / guaranteed</th>
+              <th>Memory</th>
+              <th>GPUs</th>
+              <th>Borrowed (cpu, gpu)</th>
+              <th>Lent (cpu, gpu)</th>
+              <th>Running</th>
+              <th>Waiting</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.virtualClusters.map((vc) => (
               <tr>
                 <td>
                   <a href="#/vcs">{vc.name}</a>
                 </td>
                 <td>
-                  <Meter
-                    used={vc.used.cpu ?? 0}
-                    total={cpuG ?? vc.clusterTotal.cpu ?? 0}
-                    label={`${num(vc.used.cpu)} / ${cpuG === null ? "any" : num(cpuG)}`}
-                  />
+                  <VcMeter used={vc.used.cpu} guarantee={vc.guarantee.cpu} show={cores} />
                 </td>
                 <td>
-                  <Meter
-                    used={vc.used.gpu ?? 0}
-                    total={gpuG ?? vc.clusterTotal.gpu ?? 0}
-                    label={`${num(vc.used.gpu)} / ${gpuG === null ? "any" : num(gpuG)}`}
-                  />
+                  <VcMeter used={vc.used.memoryMiB} guarantee={vc.guarantee.memoryMiB} show={mib} />
                 </td>
-                <td>{borrowing ? "yes" : ""}</td>
+                <td>
+                  <VcMeter used={vc.used.gpu} guarantee={vc.guarantee.gpu} show={cores} />
+                </td>
+                <td>
+                  {num(vc.borrowed.cpu)}, {num(vc.borrowed.gpu)}
+                </td>
+                <td>
+                  {num(vc.lent.cpu)}, {num(vc.lent.gpu)}
+                </td>
+                <td>{vc.runningJobs}</td>
+                <td>
+                  <a href={`#/jobs?state=WAITING&vc=${encodeURIComponent(vc.name)}`}>{vc.waitingJobs}</a>
+                </td>
               </tr>
-            );
-          })}
-        </tbody>
-      </table>
+            ))}
+          </tbody>
+        </table>
+      ) : null}
     </div>
   );
 }
