@@ -26,6 +26,7 @@ from shoal.server.routers import (
     images,
     jobs,
     join,
+    metrics,
     nodes,
     system,
     usage,
@@ -103,6 +104,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(data.router)
     app.include_router(images.router)
     app.include_router(join.router)
+    app.include_router(metrics.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
