@@ -4,10 +4,11 @@ task list names it. No NVML here: the GPU series stay absent (simulated GPUs).""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
-from tests.integration.conftest import LocalCluster
+from tests.integration.conftest import LocalCluster, local_cli
 
 BUSY = """\
 version: 1
@@ -70,6 +71,13 @@ def test_a_busy_task_shows_in_its_nodes_metrics_and_the_overview(local: LocalClu
         # a bucket is closed once the next starts (10 s); the one the task started in holds the
         # mean of its start (0) and its end (1.5), the next ones the whole reservation
         assert _poll(lambda: 1.5 in reserved(), 40)
+        shown = local_cli(local, "node", "show", node, "--minutes", "2")
+        assert shown.returncode == 0, shown.stderr
+        assert "cpu used (cores)" in shown.stdout and "host cpu (%)" in shown.stdout
+        assert f"{job_id} busy" in shown.stdout and "spin/0" in shown.stdout
+        assert "gpu busy" not in shown.stdout  # never measured here: not shown as zero
+        as_json = local_cli(local, "node", "show", node, "-o", "json")
+        assert json.loads(as_json.stdout)["tasks"][0]["jobId"] == job_id
     finally:
         client.stop(job_id)
         local.wait(job_id)
