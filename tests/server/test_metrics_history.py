@@ -118,6 +118,17 @@ def test_the_cluster_sums_the_nodes_in_closed_buckets_only() -> None:
     assert after.columns["gpuUsed"] == [None, None]  # no NVML anywhere: absent, not zero
 
 
+def test_after_a_silence_the_loads_read_do_not_end_the_old_bucket() -> None:
+    history = MetricsHistory()
+    tick(history, T0, [NodeLoad("n0", (4.0, 1024.0, 0.0), (1.0, 0.0, 0.0))])
+    tick(history, T0 + 600, [NodeLoad("n0", (4.0, 1024.0, 0.0), (3.0, 0.0, 0.0))])
+    history.record("n0", T0 + 601, figures(0))
+    tick(history, T0 + 610, [NodeLoad("n0", (4.0, 1024.0, 0.0), (3.0, 0.0, 0.0))])
+    reserved = history.cluster(T0, T0 + 610).columns["cpuAllocated"]
+    assert reserved[0] == 1.0  # its start only: ten minutes later is not its end
+    assert reserved[60] == 3.0 and set(reserved[1:60]) == {None}
+
+
 def test_gpu_series_come_from_nvml_figures_only() -> None:
     history = MetricsHistory()
     tick(history, T0)

@@ -7,11 +7,12 @@ Each node has a ring of fixed-width buckets per tier (``TIERS``: 10 s buckets fo
 fixed whatever the number or rate of reports: about 115 KB per node and 29 KB per GPU.
 
 Once per 10 s bucket, at the first report that falls in a new one, the server reads what the
-nodes hold (capacity, and what their tasks reserve): that reading ends the open bucket and
-starts the new one in every node's ring (a bucket's reservations are the mean of its start and
-its end), and the bucket that ends is closed: the cluster's rings get, per field, the sum over
-nodes of each node's mean in it. The cluster's history is kept apart from the nodes' so that a
-removed node's ring can go (``retain``) without rewriting the cluster's past.
+nodes hold (capacity, and what their tasks reserve): that reading starts the new bucket in
+every node's ring and ends the open one if it is the one just before (a bucket's reservations
+are the mean of its start and its end), and the bucket that ends is closed: the cluster's
+rings get, per field, the sum over nodes of each node's mean in it. The cluster's history is
+kept apart from the nodes' so that a removed node's ring can go (``retain``) without rewriting
+the cluster's past.
 
 Times are the server's clock when it got the report, so agents' clocks do not matter. Bucket
 ``b`` of a tier of width ``w`` covers ``[b*w, (b+1)*w)``; a series' times are its buckets'
@@ -214,14 +215,15 @@ class MetricsHistory:
 
     def turn(self, t: float, loads: Iterable[NodeLoad]) -> None:
         """Close the open bucket and open that of ``t``: ``loads`` (what the nodes held at
-        ``t``) ends the one and starts the other, so each bucket's reservations are the mean of
-        what they were at its start and its end; the closed bucket's node figures are summed
-        into the cluster's rings."""
+        ``t``) starts the one and, if it follows the open one, ends that one too, so a bucket's
+        reservations are the mean of what they were at its start and its end; the closed
+        bucket's node figures are summed into the cluster's rings."""
         bucket = self._fine_bucket(t)
         loads = list(loads)
         with self._lock:
             if self._open is not None and bucket > self._open:
-                self._allocate(self._open * TIERS[0][0], loads)
+                if bucket == self._open + 1:  # after a silence, what holds now is not its end
+                    self._allocate(self._open * TIERS[0][0], loads)
                 self._close(self._open)
             if self._open is None or bucket > self._open:
                 self._open = bucket

@@ -46,8 +46,9 @@ def _load(node: NodeOut) -> NodeLoad:
     capacity = None
     if node.state != Liveness.NOT_READY.value:
         capacity = (node.cpus, float(node.memoryMiB), float(node.gpus))
-    allocated = tuple(node.allocated.get(k, 0.0) for k in ("cpus", "memoryMiB", "gpus"))
-    return NodeLoad(node.name, capacity, allocated)  # type: ignore[arg-type]
+    held = node.allocated
+    allocated = (held.get("cpus", 0.0), held.get("memoryMiB", 0.0), held.get("gpus", 0.0))
+    return NodeLoad(node.name, capacity, allocated)
 
 
 def since_of(since: float | None, now: float) -> float:
