@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from shoal.client_images import ImageCalls
+from shoal.client_metrics import MetricsCalls
 from shoal.transport import (
     ServerUnavailable,
     ShoalError,
@@ -63,7 +64,7 @@ def discover(home: Path | None = None, context: str | None = None) -> Endpoint:
     return resolve(context, home)
 
 
-class ShoalClient(ImageCalls):
+class ShoalClient(ImageCalls, MetricsCalls):
     def __init__(
         self,
         url: str,

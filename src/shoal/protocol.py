@@ -96,6 +96,31 @@ class JoinResponse(BaseModel):
 # ---- the agent's report (also its registration: the first report is its join) ----
 
 
+class GpuMetrics(BaseModel):
+    """One GPU as NVML sees it (a node whose GPUs are simulated reports none)."""
+
+    index: int
+    utilization_pct: float = Field(description="Busy share of the last sample period, 0-100.")
+    memory_used_mib: float
+    memory_total_mib: float
+
+
+class NodeMetrics(BaseModel):
+    """What a node uses, sampled by its agent (docs/metrics.md): its shoal tasks (from their
+    cgroups or process trees) and its host. None: not measured (yet, or not here)."""
+
+    tasks_cpu_millis: float | None = Field(
+        None, description="CPU the node's tasks used since the previous report, in millicores."
+    )
+    tasks_memory_mib: float | None = Field(None, description="Memory the node's tasks hold now.")
+    host_cpu_pct: float | None = Field(
+        None, description="The host's busy CPU since the previous report, 0-100 (all cores)."
+    )
+    host_memory_used_mib: float | None = None
+    host_memory_total_mib: float | None = None
+    gpus: list[GpuMetrics] = Field(default_factory=list, description="Empty: no NVML here.")
+
+
 class AgentNode(BaseModel):
     name: str
     address: str
@@ -118,6 +143,7 @@ class AgentNode(BaseModel):
         description="What this node cannot do, with why: the runtime 'container' and the limits "
         "'memory', 'cpu', 'pids', 'shm'. None: an agent that does not say (keep those stored).",
     )
+    metrics: NodeMetrics | None = Field(None, description="None: an agent that does not sample.")
 
 
 class RunningReport(BaseModel):

@@ -39,7 +39,8 @@ from shoal.agent.cache import NodeCache
 from shoal.agent.identity import Connection
 from shoal.agent.images import ImageStore
 from shoal.agent.journal import boot_clock
-from shoal.agent.resources import NodeSpec
+from shoal.agent.metrics import NodeSampler
+from shoal.agent.resources import NodeSpec, open_nvml
 from shoal.agent.runner import Runner, default_runtimes
 from shoal.agent.shipper import LogShipper
 from shoal.protocol import (
@@ -99,6 +100,7 @@ class Agent:
             home, NodeCache(home / "cache", self._download), default_runtimes(home, images)
         )
         self.shipper = LogShipper(self.runner, self._upload_logs)
+        self.metrics = NodeSampler(self.runner.live_usage, open_nvml())  # sent with reports
         self.report_now = threading.Event()
         self.stopping = threading.Event()
         # Set when the agent must end: the server speaks another protocol version (``refusal``
@@ -230,6 +232,7 @@ class Agent:
                 self.report_now.set()
             if time.monotonic() - last_sample > 1.0:
                 self.runner.sample_usage()
+                self.metrics.sample()
                 last_sample = time.monotonic()
             time.sleep(POLL_S)
 
@@ -336,6 +339,7 @@ class Agent:
         own = self.runner.own_ports()
         busy = self.runner.busy_ports
         unsupported = self.runner.unsupported()
+        metrics = self.metrics.take([(n.name, n.gpu_indices) for n in self.nodes])
         return [
             AgentNode(
                 name=n.name,
@@ -349,6 +353,7 @@ class Agent:
                 busy_ports=busy.busy(n.port_low, n.port_high, own),
                 labels=n.labels,
                 unsupported=unsupported,
+                metrics=metrics.get(n.name),
             )
             for n in self.nodes
         ]

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -21,22 +22,31 @@ class GpuInfo:
     gpu_type: str | None
 
 
-def detect_gpus() -> GpuInfo:
-    """GPUs through NVML (nvidia-ml-py); none when there is no driver."""
+def open_nvml() -> Any | None:
+    """The NVML module (nvidia-ml-py), initialised; None when there is no library or driver.
+    Each open is one ``nvmlInit`` (NVML counts them): ``nvmlShutdown`` once done with it."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception:  # no library, no driver: a CPU-only machine
+        return None
+    return pynvml
+
+
+def detect_gpus() -> GpuInfo:
+    """GPUs through NVML (nvidia-ml-py); none when there is no driver."""
+    nvml = open_nvml()
+    if nvml is None:
         return GpuInfo(0, None)
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)) if count else None
+        count = nvml.nvmlDeviceGetCount()
+        name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(0)) if count else None
         if isinstance(name, bytes):
             name = name.decode()
         return GpuInfo(count, name)
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()
 
 
 @dataclass(frozen=True, slots=True)

@@ -402,6 +402,13 @@ class Runner:
             else:
                 attempt.usage = tree_usage(attempt.pid, attempt.usage)
 
+    def live_usage(self) -> list[tuple[str, str, dict[str, float]]]:
+        """(node, attempt id, usage as last sampled) of each attempt still running: what the
+        node's metrics (shoal.agent.metrics) add up."""
+        with self.lock:
+            live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]
+            return [(a.order.node, a.attempt_id, dict(a.usage)) for a in live]
+
     # ---- reporting ----
 
     def running_reports(self) -> list[RunningReport]:

@@ -17,6 +17,7 @@ from shoal.cli import (
     job_views,
     log_commands,
     node_join_commands,
+    node_show_command,
     run_command,
     server_commands,
     sim_command,
@@ -44,6 +45,7 @@ app.add_typer(job_app, name="job")
 app.add_typer(cluster_commands.node_app, name="node")
 cluster_commands.node_app.add_typer(node_join_commands.token_app, name="token")
 cluster_commands.node_app.command("remove")(node_join_commands.remove)
+cluster_commands.node_app.command("show")(node_show_command.show)
 app.add_typer(vc_app, name="vc")
 app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")

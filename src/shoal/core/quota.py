@@ -339,3 +339,59 @@ def typed_need(job: JobRequest) -> dict[str, int]:
                 need.get(role.gpu_type, 0) + role.per_instance.gpu * role.instances
             )
     return need
+
+
+# A guarantee per resource (cpu millicores, memory MiB, GPUs); None: that resource is not limited.
+Guarantee = tuple[int | None, int | None, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """A VC's use beyond its guarantee (``borrowed``) and the part of its idle guarantee that
+    other VCs' borrowing takes up (``lent``)."""
+
+    borrowed: ResourceVector
+    lent: ResourceVector
+
+
+def sharing(
+    guarantees: Mapping[str, Guarantee], used: Mapping[str, ResourceVector]
+) -> dict[str, Sharing]:
+    """Per VC and per resource: borrowed = use beyond the guarantee; lent = the VC's part of
+    everything borrowed, in proportion to its idle guarantee (guarantee less use), since idle
+    guarantees form one pool that borrowers draw on, not a loan from one VC. What is lent adds
+    up to what is borrowed (at most to what is idle). A resource a VC does not limit is neither
+    borrowed nor lent by it."""
+    borrowed: dict[str, list[int]] = {}
+    idle: dict[str, list[int]] = {}
+    for name, guarantee in guarantees.items():
+        use = used.get(name, ResourceVector())
+        pairs = list(zip(guarantee, (use.cpu_millis, use.memory_mib, use.gpu), strict=True))
+        borrowed[name] = [0 if g is None else max(0, u - g) for g, u in pairs]
+        idle[name] = [0 if g is None else max(0, g - u) for g, u in pairs]
+    lent: dict[str, list[int]] = {name: [0, 0, 0] for name in guarantees}
+    for d in range(3):
+        total = sum(b[d] for b in borrowed.values())
+        shares = apportion(total, {name: i[d] for name, i in idle.items()})
+        for name, share in shares.items():
+            lent[name][d] = share
+    return {
+        name: Sharing(ResourceVector(*borrowed[name]), ResourceVector(*lent[name]))
+        for name in guarantees
+    }
+
+
+def apportion(amount: int, weights: Mapping[str, int]) -> dict[str, int]:
+    """``amount`` (at most the sum of ``weights``) split in whole units in proportion to the
+    weights: each gets its share rounded down, and the units left go to the largest remainders
+    (ties: by name), so the parts add up to the amount."""
+    weight = sum(weights.values())
+    amount = min(amount, weight)
+    if amount <= 0:
+        return dict.fromkeys(weights, 0)
+    parts = {name: w * amount // weight for name, w in weights.items()}
+    left = amount - sum(parts.values())
+    by_remainder = sorted(weights, key=lambda name: (-(weights[name] * amount % weight), name))
+    for name in by_remainder[:left]:
+        parts[name] += 1
+    return parts

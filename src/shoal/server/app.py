@@ -26,6 +26,7 @@ from shoal.server.routers import (
     images,
     jobs,
     join,
+    metrics,
     nodes,
     session,
     stream,
@@ -109,6 +110,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(data.router)
     app.include_router(images.router)
     app.include_router(join.router)
+    app.include_router(metrics.router)
     app.include_router(session.router)
     app.include_router(stream.router)
     app.include_router(web.router)

@@ -9,6 +9,7 @@ from typing import Any
 
 from shoal.core.snapshot import JobRequest
 from shoal.server.group_commit import GroupCommit
+from shoal.server.metrics_history import MetricsHistory
 from shoal.server.notify import NodeNews, Notifier
 from shoal.server.positions import Positions, QueuePositions
 from shoal.server.settings import ServerSettings
@@ -51,6 +52,7 @@ class ServerContext:
     scheduler_state: Any = None
     # job shapes that fitted the nodes at submission, and when (``submission._never_fits``)
     fits: dict[tuple[object, ...], float] = field(default_factory=dict)
+    metrics: MetricsHistory = field(default_factory=MetricsHistory)  # what nodes use, lately
     commits: GroupCommit = field(init=False)  # submissions, several per transaction
 
     def __post_init__(self) -> None:

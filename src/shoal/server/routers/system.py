@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from sqlalchemy import func, select
 
 from shoal import __version__
-from shoal.core.nodestates import Liveness
-from shoal.core.states import State
 from shoal.server.deps import Caller, Context
 from shoal.server.schemas import ClusterStatus, NodeOut
-from shoal.server.services.node_views import describe_nodes
-from shoal.store.models import Job
+from shoal.server.services.jobs import jobs_by_state
+from shoal.server.services.node_views import cluster_load, describe_nodes
 
 router = APIRouter(tags=["system"])
 
@@ -38,20 +35,12 @@ def list_nodes(ctx: Context, caller: Caller) -> list[NodeOut]:
 @router.get("/api/v1/cluster", response_model=ClusterStatus)
 def cluster_status(ctx: Context, caller: Caller) -> ClusterStatus:
     nodes = describe_nodes(ctx)
-    ready = [n for n in nodes if n.state != Liveness.NOT_READY.value]
-    totals = {
-        "nodes": float(len(ready)),
-        "cpus": sum(n.cpus for n in ready),
-        "memoryMiB": float(sum(n.memoryMiB for n in ready)),
-        "gpus": float(sum(n.gpus for n in ready)),
-    }
-    allocated = {
-        k: sum(n.allocated.get(k, 0.0) for n in ready) for k in ("cpus", "memoryMiB", "gpus")
-    }
+    load = cluster_load(nodes)
+    keys = ("cpus", "memoryMiB", "gpus")
+    totals = {"nodes": float(load.nodes), **dict(zip(keys, load.capacity, strict=True))}
+    allocated = dict(zip(keys, load.allocated, strict=True))
     with ctx.db.read() as session:
-        # read from ix_jobs_state alone; an array counts as its parent and its elements
-        counts = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())
-    jobs = {s.value: int(counts.get(s.value, 0)) for s in State}
+        jobs = jobs_by_state(session)
     return ClusterStatus(
         url=ctx.settings.url,
         version=__version__,

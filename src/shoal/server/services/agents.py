@@ -31,6 +31,7 @@ from shoal.server.services.arrays import env_array
 from shoal.server.services.images import image_ref_for
 from shoal.server.services.joining import delete_removed_nodes
 from shoal.server.services.lifecycle import on_exit
+from shoal.server.services.metrics import record_report
 from shoal.server.services.node_life import change_node
 from shoal.server.services.reports import apply_report, node_epochs
 from shoal.server.services.snapshot import spec_of
@@ -44,6 +45,7 @@ ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
     """Apply an agent's report: nodes, started and exited attempts (idempotent)."""
     acked, stale = apply_report(ctx, request)
+    record_report(ctx, request)  # the nodes' metrics (docs/metrics.md)
     return ReportResponse(acked=acked, kill=stale, lease_s=ctx.settings.lease_s)
 
 

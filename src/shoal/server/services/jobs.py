@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from shoal.core.states import State
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.notify import noted_news
@@ -73,3 +74,13 @@ def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
     ctx.wake_agents(noted_news(session))
     ctx.wake_scheduler()
     return job
+
+
+_BY_STATE = select(Job.state, func.count()).group_by(Job.state)
+
+
+def jobs_by_state(session: Session) -> dict[str, int]:
+    """How many jobs are in each state (every state named), counted in SQL from ix_jobs_state
+    alone; an array counts as its parent and its elements."""
+    counts: dict[str, int] = dict(session.execute(_BY_STATE).all())
+    return {s.value: int(counts.get(s.value, 0)) for s in State}

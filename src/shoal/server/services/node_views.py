@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from sqlalchemy import select
 
+from shoal.core.nodestates import Liveness
 from shoal.server.context import ServerContext
 from shoal.server.schemas import NodeOut
 from shoal.server.services.node_life import condition_of
@@ -34,6 +38,12 @@ def _node_out(n: Node, used: list[float]) -> NodeOut:
     )
 
 
+# What unfinished tasks hold, as plain rows (no task objects: a busy cluster has thousands).
+_HELD = select(Task.node, Task.cpu_millis, Task.memory_mib, Task.gpu_indices).where(
+    Task.state.in_(HOLDING)
+)
+
+
 def describe_nodes(ctx: ServerContext, name: str | None = None) -> list[NodeOut]:
     """Every node (or the one named) with what its unfinished tasks hold."""
     query = select(Node).order_by(Node.name)
@@ -41,10 +51,38 @@ def describe_nodes(ctx: ServerContext, name: str | None = None) -> list[NodeOut]
         query = query.where(Node.name == name)
     with ctx.db.read() as session:
         used: dict[str, list[float]] = {}  # cpus, memory, gpus, tasks
-        for task in session.scalars(select(Task).where(Task.state.in_(HOLDING))):
-            slot = used.setdefault(task.node, [0, 0, 0, 0])
-            slot[0] += task.cpu_millis / 1000
-            slot[1] += task.memory_mib
-            slot[2] += len(task.gpu_indices)
+        held = _HELD if name is None else _HELD.where(Task.node == name)
+        for node, cpu_millis, memory_mib, gpus in session.connection().execute(held):
+            slot = used.setdefault(node, [0, 0, 0, 0])
+            slot[0] += cpu_millis / 1000
+            slot[1] += memory_mib
+            slot[2] += len(gpus)
             slot[3] += 1
         return [_node_out(n, used.get(n.name, [0, 0, 0, 0])) for n in session.scalars(query)]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLoad:
+    """What the nodes that are not NOT_READY offer and what tasks reserve on them, as (cpus,
+    memory MiB, GPUs)."""
+
+    nodes: int
+    capacity: tuple[float, float, float]
+    allocated: tuple[float, float, float]
+
+
+def cluster_load(nodes: Iterable[NodeOut]) -> ClusterLoad:
+    counted = [n for n in nodes if n.state != Liveness.NOT_READY.value]
+    return ClusterLoad(
+        len(counted),
+        (
+            sum(n.cpus for n in counted),
+            float(sum(n.memoryMiB for n in counted)),
+            float(sum(n.gpus for n in counted)),
+        ),
+        (
+            sum(n.allocated.get("cpus", 0.0) for n in counted),
+            sum(n.allocated.get("memoryMiB", 0.0) for n in counted),
+            sum(n.allocated.get("gpus", 0.0) for n in counted),
+        ),
+    )

@@ -366,18 +366,21 @@ def ensure_exists(session: Session, name: str) -> VirtualClusterRow | None:
     return row
 
 
+# What unfinished tasks hold, by VC, as plain rows (no objects: a busy cluster has thousands)
+_HELD_BY_VC = (
+    select(Task.cpu_millis, Task.memory_mib, Task.gpu_indices, Job.virtual_cluster)
+    .join(Job, Job.id == Task.job_id)
+    .where(Task.state.in_(HOLDING))
+)
+
+
 def describe_all(ctx: ServerContext) -> list[VirtualClusterOut]:
     with ctx.db.read() as session:
         vcs = load_virtual_clusters(session)
         rows = {r.name: r for r in session.scalars(select(VirtualClusterRow))}
         used: dict[str, ResourceVector] = {}
-        for task, vc in session.execute(
-            select(Task, Job.virtual_cluster)
-            .join(Job, Job.id == Task.job_id)
-            .where(Task.state.in_(HOLDING))
-        ):
-            vector = ResourceVector(task.cpu_millis, task.memory_mib, len(task.gpu_indices))
-            used[vc] = used.get(vc, ResourceVector()) + vector
+        for cpu, memory, gpus, vc in session.connection().execute(_HELD_BY_VC):
+            used[vc] = used.get(vc, ResourceVector()) + ResourceVector(cpu, memory, len(gpus))
         total = cluster_total(session)
     return [
         VirtualClusterOut(
