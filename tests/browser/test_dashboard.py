@@ -175,3 +175,30 @@ def test_another_users_job_is_refused(
     page.locator("[data-testid=jobs-table]").wait_for()
     assert page.locator(f"tr[data-job='{job}']").count() == 0  # not in eve's list either
     api.post(f"/api/v1/jobs/{job}/stop")
+
+
+def test_a_nodes_load_chart_has_data_points(
+    open_page: object, admin_token: str, api: httpx.Client
+) -> None:
+    job = _submit(api, _one("busy").replace("sleep 600", "while :; do :; done"))
+    _wait_state(api, job, {"RUNNING"})
+    node = api.get(f"/api/v1/jobs/{job}").json()["tasks"][0]["node"]
+    watched = open_page()
+    page = watched.page
+    sign_in(watched, admin_token)
+    page.goto(f"{watched.base}/ui/#/nodes/{node}")
+    chart = page.locator("[data-testid=node-charts] .chart").first
+    chart.wait_for()
+    points = 0
+    for _ in range(60):  # bounded: the page reloads the series every 10 s
+        points = int(chart.get_attribute("data-points") or 0)
+        if points > 0:
+            break
+        page.wait_for_timeout(500)
+    assert points > 0
+    assert page.locator("[data-testid=node-charts] canvas").count() >= 2  # cpu, memory
+    page.locator("[data-testid=node-tasks]").filter(has_text="busy").wait_for()
+    api.post(f"/api/v1/jobs/{job}/stop")
+    page.goto(f"{watched.base}/ui/#/overview")
+    page.locator("[data-testid=cluster-charts]").wait_for()
+    page.locator("[data-testid=jobs-by-state]").wait_for()
