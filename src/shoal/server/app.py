@@ -32,6 +32,7 @@ from shoal.server.routers import (
     users,
     vcs,
 )
+from shoal.server.routers import exec as exec_routes
 from shoal.server.routers import logs as log_routes
 from shoal.server.scheduler_process import SchedulerProcess
 from shoal.server.services.agents import restart_node_clocks
@@ -103,6 +104,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(data.router)
     app.include_router(images.router)
     app.include_router(join.router)
+    app.include_router(exec_routes.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

@@ -70,6 +70,21 @@ class PeerCertH11Protocol(H11Protocol):
         tls = tls_extension(transport.get_extra_info("ssl_object"))
         if tls is not None:
             self.app = _with_tls(self.app, tls)
+            if self.ws_protocol_class is not None:  # an upgrade hands the connection over
+                self.ws_protocol_class = _ws_with_tls(self.ws_protocol_class, tls)
+
+
+def _ws_with_tls(protocol_class: Any, tls: dict[str, Any]) -> Any:
+    """uvicorn's WebSocket protocol for a connection upgraded from this one: it runs the app it
+    loads itself, so its app gets the same TLS extension (an agent's exec WebSocket is
+    authenticated by its node certificate, docs/terminal.md)."""
+
+    def make(**kwargs: Any) -> Any:
+        protocol = protocol_class(**kwargs)
+        protocol.app = _with_tls(protocol.app, tls)
+        return protocol
+
+    return make
 
 
 def peer_certificate(scope: Scope) -> str | None:
