@@ -251,7 +251,7 @@ def _raw_terminal(enabled: bool) -> Iterator[None]:
 
     saved = termios.tcgetattr(0)
     try:
-        tty.setraw(0)
+        tty.setraw(0, termios.TCSADRAIN)  # not TCSAFLUSH: keys typed already are kept
         yield
     finally:
         termios.tcsetattr(0, termios.TCSADRAIN, saved)

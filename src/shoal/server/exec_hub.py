@@ -166,6 +166,8 @@ async def _agent_to_user(agent: WebSocket, user: WebSocket, outcome: Outcome) ->
         elif control["type"] == "error":
             outcome.reason, outcome.error = REFUSED_BY_AGENT, control
         await user.send_text(text or "")
+        if control["type"] in ("exit", "error"):
+            return  # the session is over: the relay closes both sides
 
 
 async def wait_for_agent(
