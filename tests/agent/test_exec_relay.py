@@ -207,3 +207,18 @@ def test_a_task_that_does_not_run_here_is_refused_with_the_reason(
     assert error["type"] == "error" and error["code"] == "ExecRefusedError"
     assert "9.1 is not running on this agent" in error["message"]
     agent.done.set()
+
+
+def test_input_for_a_command_that_closed_its_stdin_does_not_lose_its_exit(
+    server: FakeServer, runner: Runner
+) -> None:
+    relays = ExecRelays(runner, server.connection)
+    start(relays, ["sh", "-c", "exec 0<&-; echo closed; sleep 0.5; exit 5"])
+    agent = server.next()
+    agent.ws.send(json.dumps({"type": "attached"}))
+    agent.read_until(b"closed")
+    for _ in range(3):  # nobody reads them now: the agent's writes fail (EPIPE)
+        agent.ws.send(b"\x00" + b"x" * 70000)
+    _, _, exit_message = agent.frames()
+    assert exit_message == {"type": "exit", "code": 5, "signal": None}
+    agent.done.set()

@@ -218,19 +218,19 @@ class ExecSession:
                 control = read_control(message)
                 if control is not None:
                     self._control(control)
-        except Exception as exc:  # closed with an error, or the command's stdin is gone
+        except Exception as exc:  # closed with an error
             log.debug("exec session %s input ended: %s", self.order.session_id, exc)
         finally:
             self.closed.set()
 
     def _write_stdin(self, data: bytes) -> None:
+        """Write to the command's stdin; once it is gone (the command ended or closed it), what
+        comes is dropped: the command's exit, not this, ends the session."""
         fd = self._stdin()
-        if fd is None:
-            return
         view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        with contextlib.suppress(OSError):
+            while fd is not None and view:
+                view = view[os.write(fd, view) :]
 
     def _stdin(self) -> int | None:
         if self.terminal is not None:
@@ -242,13 +242,13 @@ class ExecSession:
         if control["type"] == "resize" and self.terminal is not None:
             cols, rows = control.get("cols"), control.get("rows")
             if isinstance(cols, int) and isinstance(rows, int) and cols > 0 and rows > 0:
-                set_size(self.terminal, min(cols, 1000), min(rows, 1000))
-        elif control["type"] == "eof":
-            if self.terminal is not None:
-                os.write(self.terminal, b"\x04")  # the terminal's end of input (VEOF)
-            elif self.proc is not None and self.proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    self.proc.stdin.close()
+                with contextlib.suppress(OSError):  # the terminal is gone: the session ends
+                    set_size(self.terminal, min(cols, 1000), min(rows, 1000))
+        elif control["type"] == "eof" and self.terminal is not None:
+            self._write_stdin(b"\x04")  # the terminal's end of input (VEOF)
+        elif control["type"] == "eof" and self.proc is not None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
 
     def _pump_out(self, ws: ClientConnection) -> tuple[int, int | None] | None:
         """Command -> WebSocket until the command exits (returns its exit code and signal) or

@@ -17,7 +17,8 @@ extension (``scope["extensions"]["tls"]``) is still an open pull request there
 So ``PeerCertH11Protocol`` extends uvicorn's h11 protocol at its stable edge: when a connection is
 made (asyncio calls ``connection_made`` only after the TLS handshake, so the verified peer
 certificate is known), it reads the certificate from the transport's ``ssl_object`` and wraps the
-connection's app so every request scope of that connection carries the extension, in the shape
+connection's app so every request scope of that connection carries the extension (and so does the
+WebSocket protocol a request of it upgrades to, which loads the app anew), in the shape
 the ASGI TLS spec defines (``client_cert_chain``: PEM strings, leaf first; ``tls_version``;
 ``cipher_suite``). Python's ``ssl`` with ``CERT_OPTIONAL`` and the CA loaded aborts the handshake
 of a certificate that fails verification, so a certificate that reaches the app was signed by the
