@@ -7,6 +7,7 @@ pinned CA)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 
@@ -111,20 +113,54 @@ def test_a_command_runs_in_the_task_and_its_exit_code_is_the_clis(
 
 def test_a_terminal_answers_what_is_typed(local: LocalCluster, job: tuple[str, str]) -> None:
     job_id, _ = job
-    pid, terminal = pty.fork()
-    if pid == 0:  # the child: the CLI in a real terminal, as a person runs it
-        argv = [*SHOAL, "job", "exec", "-it", job_id]
-        os.execve(sys.executable, argv, cli_env(local))
-    try:
+    with cli_in_a_terminal(local, "job", "exec", "-it", job_id) as (pid, terminal):
         os.write(terminal, b"echo role-is-$SHOAL_TASK_ROLE; tty\r")
         seen = _read_until(terminal, b"/dev/pts/")  # typed at once: kept until the shell runs
         assert b"role-is-main\r\n/dev/pts/" in seen
+        os.write(terminal, b"sleep 100\r")
+        time.sleep(0.3)
+        os.write(terminal, b"\x03echo after-$((1 + 1))\r")  # ^C reaches the remote sleep
+        _read_until(terminal, b"after-2")
         os.write(terminal, b"exit 4\r")
         _read_until(terminal, b"")
-    finally:
-        os.close(terminal)  # a CLI still running gets SIGHUP from its terminal
+        assert _cooked(terminal)  # this terminal is as it was before
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 4
+
+
+def test_sigterm_ends_a_terminal_session_and_restores_the_terminal(
+    local: LocalCluster, job: tuple[str, str]
+) -> None:
+    job_id, _ = job
+    with cli_in_a_terminal(local, "job", "exec", "-it", job_id) as (pid, terminal):
+        os.write(terminal, b"echo ready-$((2 + 2))\r")
+        _read_until(terminal, b"ready-4")
+        assert not _cooked(terminal)  # raw while the session runs
+        os.kill(pid, signal.SIGTERM)
+        _read_until(terminal, b"")
+        assert _cooked(terminal)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+
+
+@contextlib.contextmanager
+def cli_in_a_terminal(cluster: LocalCluster, *args: str) -> Iterator[tuple[int, int]]:
+    """The CLI in a real pseudo-terminal, as a person runs it: its pid and the terminal."""
+    pid, terminal = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [*SHOAL, *args], cli_env(cluster))
+    try:
+        yield pid, terminal
+    finally:
+        os.close(terminal)  # a CLI still running gets SIGHUP from its terminal
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def _cooked(terminal: int) -> bool:
+    """The terminal echoes and edits lines (as a shell leaves it), not raw."""
+    flags = termios.tcgetattr(terminal)[3]
+    return bool(flags & termios.ECHO and flags & termios.ICANON)
 
 
 def _read_until(fd: int, text: bytes, timeout: float = 30.0) -> bytes:

@@ -69,6 +69,9 @@ async def exec_in_task(websocket: WebSocket, job: str) -> None:
         ctx.exec_hub.close(session_id)
         await refuse(websocket, exc)
         return
+    except BaseException:
+        ctx.exec_hub.close(session_id)
+        raise
     await _run(ctx, websocket, target)
 
 
