@@ -414,6 +414,15 @@ class ShoalClient(ImageCalls, MetricsCalls):
     def revoke_token(self, token_id: int) -> None:
         self._call("DELETE", f"/api/v1/tokens/{token_id}")
 
+    def exec_sessions(
+        self, limit: int = 100, job: str | None = None, user: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The audit log of exec sessions, newest first (yours; an admin's: everyone's)."""
+        params: dict[str, Any] = {"limit": limit, "job": job, "user": user}
+        query = {k: v for k, v in params.items() if v is not None}
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/exec-sessions", params=query)
+        return result
+
     # ---- code and data ----
 
     def has_code(self, sha256: str) -> bool:

@@ -202,3 +202,55 @@ def test_a_nodes_load_chart_has_data_points(
     page.goto(f"{watched.base}/ui/#/overview")
     page.locator("[data-testid=cluster-charts]").wait_for()
     page.locator("[data-testid=jobs-by-state]").wait_for()
+
+
+def _terminal_text(watched: Watched) -> str:
+    return str(watched.page.locator(".xterm-rows").inner_text())
+
+
+def test_the_terminal_runs_a_shell_in_the_task(
+    open_page: object, admin_token: str, api: httpx.Client
+) -> None:
+    job = _submit(api, _one("shell-host").replace("hog:", "learner:"))
+    _wait_state(api, job, {"RUNNING"})
+    watched = open_page()
+    page = watched.page
+    sign_in(watched, admin_token)
+    page.goto(f"{watched.base}/ui/#/jobs/{job}")
+    page.click("text=Terminal")
+    page.wait_for_url("**/ui/#/terminal/*")
+    page.locator("[data-testid=terminal-status]").filter(has_text="connected").wait_for()
+    page.locator(".xterm-rows").wait_for()
+    page.locator(".xterm").click()
+    page.keyboard.type("echo role=$SHOAL_TASK_ROLE\n")
+    for _ in range(100):  # bounded: the answer comes back through server and agent
+        if "role=learner" in _terminal_text(watched):
+            break
+        page.wait_for_timeout(100)
+    assert "role=learner" in _terminal_text(watched)
+    sessions = api.get("/api/v1/exec-sessions", params={"limit": 5}).json()
+    assert any(s["jobId"] == job and s["user"] == "admin" for s in sessions)
+    page.goto(f"{watched.base}/ui/#/jobs/{job}")  # leaving the page ends the shell
+    api.post(f"/api/v1/jobs/{job}/stop")
+
+
+def test_another_users_terminal_is_refused(
+    open_page: object, admin_token: str, api: httpx.Client
+) -> None:
+    if api.get("/api/v1/users").json() and not any(
+        u["name"] == "mallory" for u in api.get("/api/v1/users").json()
+    ):
+        made = api.post("/api/v1/users", json={"name": "mallory", "password": "mallory-pass-1"})
+        assert made.status_code == 201, made.text
+    job = _submit(api, _one("not-mallorys"))
+    _wait_state(api, job, {"RUNNING"})
+    watched = open_page()
+    page = watched.page
+    sign_in(watched, user="mallory", password="mallory-pass-1")
+    page.goto(f"{watched.base}/ui/#/terminal/{job}?task=hog/0")
+    status = page.locator("[data-testid=terminal-status]")
+    status.filter(has_text="refused").wait_for()
+    assert "ForbiddenUserError" in status.inner_text()
+    sessions = api.get("/api/v1/exec-sessions", params={"limit": 50}).json()
+    assert not any(s["jobId"] == job for s in sessions)  # nothing ran, nothing recorded
+    api.post(f"/api/v1/jobs/{job}/stop")

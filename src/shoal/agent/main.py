@@ -36,6 +36,7 @@ import httpx
 
 from shoal import __version__
 from shoal.agent.cache import NodeCache
+from shoal.agent.exec_relay import ExecRelays
 from shoal.agent.identity import Connection
 from shoal.agent.images import ImageStore
 from shoal.agent.journal import boot_clock
@@ -101,6 +102,7 @@ class Agent:
         )
         self.shipper = LogShipper(self.runner, self._upload_logs)
         self.metrics = NodeSampler(self.runner.live_usage, open_nvml())  # sent with reports
+        self.exec_relays = ExecRelays(self.runner, connection)  # `shoal job exec`, terminals
         self.report_now = threading.Event()
         self.stopping = threading.Event()
         # Set when the agent must end: the server speaks another protocol version (``refusal``
@@ -187,6 +189,7 @@ class Agent:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every task, report the exits if the server listens, and end the threads."""
+        self.exec_relays.stop_all()  # before the tasks: what a session started ends with it
         self.runner.stop_all(grace)
         self.runner.poll()
         try:
@@ -328,6 +331,8 @@ class Agent:
                 continue  # the lease lapsed meanwhile: these orders come again after the resync
             for order in orders.launch:
                 self.runner.launch(order)
+            for session in orders.exec:
+                self.exec_relays.start(session)
             for attempt_id in orders.kill:
                 self.runner.kill(attempt_id)
             if orders.launch or orders.kill:

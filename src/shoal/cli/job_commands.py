@@ -246,3 +246,8 @@ def _dry_run_json(result: DryRun, task: tuple[str, int] | None, name: str) -> di
     if task is not None and result.environment is not None:
         data["env"] = result.environment.for_task(*task)
     return data
+
+
+from shoal.cli import exec_command  # noqa: E402  (it imports nothing of this module)
+
+exec_command.register(job_app)  # `job exec`, `job exec-sessions`

@@ -36,6 +36,7 @@ from shoal.server.routers import (
     vcs,
     web,
 )
+from shoal.server.routers import exec as exec_routes
 from shoal.server.routers import logs as log_routes
 from shoal.server.scheduler_process import SchedulerProcess
 from shoal.server.services.agents import restart_node_clocks
@@ -114,6 +115,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(session.router)
     app.include_router(stream.router)
     app.include_router(web.router)
+    app.include_router(exec_routes.router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.core.snapshot import JobRequest
+from shoal.server.exec_hub import ExecHub
 from shoal.server.group_commit import GroupCommit
 from shoal.server.metrics_history import MetricsHistory
 from shoal.server.notify import NodeNews, Notifier
@@ -42,6 +43,7 @@ class ServerContext:
     clock: Callable[[], float] = time.time
     scheduler_wake: Notifier = field(default_factory=Notifier)
     agent_work: NodeNews = field(default_factory=NodeNews)  # news for agents, per node
+    exec_hub: ExecHub = field(default_factory=ExecHub)  # exec sessions in flight (terminals)
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     closing: bool = False  # set when the server shuts down: long polls answer at once

@@ -17,7 +17,8 @@ extension (``scope["extensions"]["tls"]``) is still an open pull request there
 So ``PeerCertH11Protocol`` extends uvicorn's h11 protocol at its stable edge: when a connection is
 made (asyncio calls ``connection_made`` only after the TLS handshake, so the verified peer
 certificate is known), it reads the certificate from the transport's ``ssl_object`` and wraps the
-connection's app so every request scope of that connection carries the extension, in the shape
+connection's app so every request scope of that connection carries the extension (and so does the
+WebSocket protocol a request of it upgrades to, which loads the app anew), in the shape
 the ASGI TLS spec defines (``client_cert_chain``: PEM strings, leaf first; ``tls_version``;
 ``cipher_suite``). Python's ``ssl`` with ``CERT_OPTIONAL`` and the CA loaded aborts the handshake
 of a certificate that fails verification, so a certificate that reaches the app was signed by the
@@ -70,6 +71,21 @@ class PeerCertH11Protocol(H11Protocol):
         tls = tls_extension(transport.get_extra_info("ssl_object"))
         if tls is not None:
             self.app = _with_tls(self.app, tls)
+            if self.ws_protocol_class is not None:  # an upgrade hands the connection over
+                self.ws_protocol_class = _ws_with_tls(self.ws_protocol_class, tls)
+
+
+def _ws_with_tls(protocol_class: Any, tls: dict[str, Any]) -> Any:
+    """uvicorn's WebSocket protocol for a connection upgraded from this one: it runs the app it
+    loads itself, so its app gets the same TLS extension (an agent's exec WebSocket is
+    authenticated by its node certificate, docs/terminal.md)."""
+
+    def make(**kwargs: Any) -> Any:
+        protocol = protocol_class(**kwargs)
+        protocol.app = _with_tls(protocol.app, tls)
+        return protocol
+
+    return make
 
 
 def peer_certificate(scope: Scope) -> str | None:

@@ -355,3 +355,28 @@ class JobImage(Base):
 
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     image: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
+class ExecSessionRow(Base):
+    """One `shoal job exec` or dashboard terminal session (the audit log, migration 0022):
+    written when it starts and again when it ends (``end_reason``; docs/terminal.md)."""
+
+    __tablename__ = "exec_sessions"
+    __table_args__ = (
+        Index("ix_exec_sessions_started", "started_at"),
+        Index("ix_exec_sessions_user", "user"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(64))  # no foreign key: the log outlives the job
+    role: Mapped[str] = mapped_column(String(64))
+    index: Mapped[int] = mapped_column(Integer)
+    attempt_id: Mapped[str] = mapped_column(String(32))
+    node: Mapped[str] = mapped_column(String(128))
+    argv: Mapped[list[Any]] = mapped_column(JSON)
+    tty: Mapped[bool] = mapped_column(Boolean)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)

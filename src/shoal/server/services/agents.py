@@ -57,7 +57,8 @@ async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     nodes' news versions are taken before the read, so news recorded meanwhile is not missed."""
     seen = ctx.agent_work.versions(request.nodes)
     response = await run_in_threadpool(_orders, ctx, request)
-    if not response.launch and not response.kill and request.wait_s > 0 and not ctx.closing:
+    quiet = not (response.launch or response.kill or response.exec)
+    if quiet and request.wait_s > 0 and not ctx.closing:
         await ctx.agent_work.wait(request.nodes, seen, request.wait_s)
         response = await run_in_threadpool(_orders, ctx, request)
     return response
@@ -105,7 +106,7 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
                 job = jobs[task.job_id]
                 parent = jobs.get(job.array_job_id) if job.array_job_id else None
                 launch.append(_launch_order(ctx, job, task, peers, epoch, parent))
-    return OrdersResponse(launch=launch, kill=kill)
+    return OrdersResponse(launch=launch, kill=kill, exec=ctx.exec_hub.take(request.nodes))
 
 
 def _launch_order(
