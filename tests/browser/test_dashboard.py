@@ -229,7 +229,7 @@ def test_the_terminal_runs_a_shell_in_the_task(
         page.wait_for_timeout(100)
     assert "role=learner" in _terminal_text(watched)
     sessions = api.get("/api/v1/exec-sessions", params={"limit": 5}).json()
-    assert any(s["jobId"] == job and s["user"] == "admin" for s in sessions)
+    assert any(s["job"] == job and s["user"] == "admin" for s in sessions)
     page.goto(f"{watched.base}/ui/#/jobs/{job}")  # leaving the page ends the shell
     api.post(f"/api/v1/jobs/{job}/stop")
 
@@ -252,5 +252,5 @@ def test_another_users_terminal_is_refused(
     status.filter(has_text="refused").wait_for()
     assert "ForbiddenUserError" in status.inner_text()
     sessions = api.get("/api/v1/exec-sessions", params={"limit": 50}).json()
-    assert not any(s["jobId"] == job for s in sessions)  # nothing ran, nothing recorded
+    assert not any(s["job"] == job for s in sessions)  # nothing ran, nothing recorded
     api.post(f"/api/v1/jobs/{job}/stop")

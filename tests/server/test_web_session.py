@@ -225,3 +225,20 @@ def test_check_answers_200_with_the_problems_and_lines_of_a_bad_file(
     assert good.json()["valid"] is True
     assert good.json()["plans"][0]["name"] == "ok"
     assert api.get("/api/v1/jobs", headers=headers).json() == []  # nothing stored
+
+
+def test_the_terminal_socket_takes_the_cookie_only_from_the_servers_own_page(
+    api: TestClient, home: Path
+) -> None:
+    token = _add_user(api, home, "dan")
+    api.post("/api/v1/session", json={"token": token})
+    cookie = f"{SESSION_COOKIE}={api.cookies[SESSION_COOKIE]}"
+    foreign = {"cookie": cookie, "origin": "http://evil.example"}
+    with api.websocket_connect("/api/v1/jobs/1/exec", headers=foreign) as socket:
+        refused = socket.receive_json()
+    assert refused["type"] == "error"
+    assert refused["code"] == "CsrfTokenError"
+    own = {"cookie": cookie, "origin": "http://testserver"}
+    with api.websocket_connect("/api/v1/jobs/1/exec", headers=own) as socket:
+        answer = socket.receive_json()
+    assert answer["code"] == "NoJobError"  # signed in as dan; there is no job 1
