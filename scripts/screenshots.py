@@ -102,7 +102,7 @@ def main() -> int:
             headers = {"Authorization": f"Bearer {token}"}
             with httpx.Client(base_url=info.url, headers=headers, timeout=30) as client:
                 running = _seed(client)
-                time.sleep(12)  # a few metric samples for the charts
+                time.sleep(35)  # closed 10 s buckets: points for the charts
             with sync_playwright() as driver:
                 browser = driver.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 860})

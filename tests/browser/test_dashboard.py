@@ -151,6 +151,10 @@ def test_stop_a_running_job_from_its_page(
     page.click("button:text('Stop')")
     _badge(watched).filter(has_text="STOPPED").wait_for(timeout=30_000)
     assert _state(api, job) == "STOPPED"
+    # clone and resubmit: the Submit page starts from the job's own file
+    page.click("text=Clone and resubmit")
+    page.locator(".cm-content").filter(has_text="name: to-stop").wait_for()
+    page.locator("[data-testid=plan]").wait_for()
 
 
 def test_another_users_job_is_refused(

@@ -15,7 +15,7 @@ export function TerminalPage({ job, task }: { job: string; task: string }) {
 
   useEffect(() => {
     if (!host.current) return undefined;
-    const term = new Terminal({ cursorBlink: true, convertEol: false, fontSize: 14, scrollback: 5000 });
+    const term = new Terminal({ cursorBlink: true, fontSize: 14, lineHeight: 1.2, scrollback: 5000 });
     const fit = new FitAddon();
     term.loadAddon(fit);
     term.open(host.current);
