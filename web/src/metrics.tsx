@@ -47,7 +47,25 @@ const CHARTS: { title: string; unit: string; lines: [string, string, string][]; 
 
 const COLORS = ["#e8590c", "#2f9e44", "#7048e8", "#1098ad", "#d6336c", "#f59f00", "#495057", "#3d7dd8"];
 
-function Charts({ body }: { body: MetricSeries }) {
+/** Leave out the points before the first figure: a young cluster's hour is mostly empty, and
+ * the chart should span what there is. */
+function trimmed(body: MetricSeries): MetricSeries {
+  const columns = [...Object.values(body.series), ...(body.gpus ?? []).flatMap((g) => Object.values(g.series))];
+  let first = body.t.findIndex((_, i) => columns.some((c) => c[i] !== null && c[i] !== undefined));
+  if (first < 0) first = Math.max(0, body.t.length - 1);
+  const cut = (c: Column) => c.slice(first);
+  return {
+    t: body.t.slice(first),
+    series: Object.fromEntries(Object.entries(body.series).map(([k, v]) => [k, cut(v)])),
+    gpus: body.gpus?.map((g) => ({
+      index: g.index,
+      series: Object.fromEntries(Object.entries(g.series).map(([k, v]) => [k, cut(v)])),
+    })),
+  };
+}
+
+function Charts({ body: raw }: { body: MetricSeries }) {
+  const body = trimmed(raw);
   const charts = CHARTS.map((chart) => {
     const series: Series[] = chart.lines
       .map(([label, name, color]) => {
