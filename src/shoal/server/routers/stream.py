@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from shoal.server.deps import Caller, Context
+from shoal.server.deps import Caller
 from shoal.server.services.live import ChangeWatch
 
 router = APIRouter(tags=["dashboard"])
@@ -31,7 +31,7 @@ def change_watch(request: Request) -> ChangeWatch:
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}}},
 )
-async def stream(request: Request, ctx: Context, caller: Caller) -> StreamingResponse:
+async def stream(request: Request, _: Caller) -> StreamingResponse:
     """Server-sent events: ``change`` with ``{"generation": N}`` whenever a job, task, node or
     virtual cluster changes (at most every half second), a comment every 15 s otherwise."""
     watch = change_watch(request)

@@ -236,23 +236,32 @@ def create_token(
 ) -> tuple[TokenOut, str]:
     if caller.kind != "user":
         raise ApiError(403, "ForbiddenUserError", "only user tokens may create tokens")
-    now = ctx.clock()
-    token = new_token("shoal")
     with ctx.db.write() as session:
         user = session.scalar(select(User).where(User.name == caller.user))
         assert user is not None
-        row = Token(
-            user_id=user.id,
-            token_hash=hash_token(token),
-            kind="application" if application else "user",
-            label=label,
-            created_at=now,
-            expires_at=None if expires_in_s is None else now + expires_in_s,
-        )
-        session.add(row)
+        kind = "application" if application else "user"
+        row, token = add_token(session, user, kind, label, ctx.clock(), expires_in_s)
         session.flush()
         out = _token_out(row, caller.user)
     return out, token
+
+
+def add_token(
+    session: Session, user: User, kind: str, label: str, now: float, expires_in_s: float | None
+) -> tuple[Token, str]:
+    """A new token of ``user``'s, added to ``session``: its row, and its value (shown once;
+    only its hash is stored)."""
+    token = new_token("shoal")
+    row = Token(
+        user_id=user.id,
+        token_hash=hash_token(token),
+        kind=kind,
+        label=label,
+        created_at=now,
+        expires_at=None if expires_in_s is None else now + expires_in_s,
+    )
+    session.add(row)
+    return row, token
 
 
 def login(
@@ -267,19 +276,8 @@ def login(
     if not check_password(password, user.password_hash):
         hint = "" if user.password_hash else f" (user {name} has no password: an admin sets one)"
         raise ApiError(400, "IncorrectPasswordError", f"Password is incorrect.{hint}")
-    now = ctx.clock()
-    token = new_token("shoal")
     with ctx.db.write() as session:
-        session.add(
-            Token(
-                user_id=user.id,
-                token_hash=hash_token(token),
-                kind="user",
-                label=label,
-                created_at=now,
-                expires_at=now + expires_in_s,
-            )
-        )
+        _, token = add_token(session, user, "user", label, ctx.clock(), expires_in_s)
     return token, user.is_admin
 
 

@@ -13,7 +13,7 @@ import hmac
 
 from sqlalchemy import select
 
-from shoal.server.auth import Principal, authenticate, hash_token, new_token
+from shoal.server.auth import Principal, authenticate, hash_token
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.services import users
 from shoal.store.models import Token, User
@@ -55,21 +55,11 @@ def sign_in_with_token(ctx: ServerContext, token: str) -> tuple[str, Principal]:
             "ForbiddenUserError",
             f"token: a {principal.kind} token cannot sign in to the dashboard; use a user's token",
         )
-    session_token = new_token("shoal")
     with ctx.db.write() as session:
         user = session.scalar(select(User).where(User.name == principal.user))
         if user is None:  # deleted between the two reads
             raise ApiError(401, "UnauthorizedUserError", f"user {principal.user} no longer exists")
-        session.add(
-            Token(
-                user_id=user.id,
-                token_hash=hash_token(session_token),
-                kind="user",
-                label=SESSION_LABEL,
-                created_at=now,
-                expires_at=now + SESSION_S,
-            )
-        )
+        _, session_token = users.add_token(session, user, "user", SESSION_LABEL, now, SESSION_S)
     return session_token, principal
 
 
