@@ -10,6 +10,7 @@ import typer
 
 from shoal import __version__, clientconfig
 from shoal.cli import (
+    admin_commands,
     agent_commands,
     cluster_commands,
     cluster_ssh_commands,
@@ -64,6 +65,7 @@ app.command()(sim_command.sim)
 app.command()(usage_command.usage)
 app.add_typer(server_commands.server_app, name="server")
 app.add_typer(agent_commands.agent_app, name="agent")
+app.add_typer(admin_commands.admin_app, name="admin")
 assert job_remote  # registers `job submit|stop`
 assert job_views  # registers `job list|status|describe|why|events`
 assert log_commands  # registers `job logs`

@@ -1,0 +1,10 @@
+"""``shoal admin``: operators' commands (backup and restore of the store, the audit log)."""
+
+from __future__ import annotations
+
+import typer
+
+admin_app = typer.Typer(
+    help="Operators' commands: back up and restore the store, read the audit log.",
+    no_args_is_help=True,
+)
