@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from shoal import __version__
 from shoal.client_accounts import AccountCalls
 from shoal.client_images import ImageCalls
 from shoal.client_metrics import MetricsCalls
@@ -79,7 +80,9 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
         self.token_source = token_source
         self.ca = ca
         self._sends_token = bool(token)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {"User-Agent": f"shoal/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self._http = _http_client(self.url, headers, timeout, ca)
 
     @classmethod

@@ -69,3 +69,23 @@ class AccountCalls:
         query = {k: v for k, v in params.items() if v is not None}
         result: list[dict[str, Any]] = self._call("GET", "/api/v1/exec-sessions", params=query)
         return result
+
+    def audit_log(
+        self,
+        limit: int = 100,
+        since: float | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        outcome: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The audit log (admins), newest first; ``action`` may be a prefix ending in '.'."""
+        params: dict[str, Any] = {
+            "limit": limit,
+            "since": since,
+            "actor": actor,
+            "action": action,
+            "outcome": outcome,
+        }
+        query = {k: v for k, v in params.items() if v is not None}
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/audit", params=query)
+        return result

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from shoal.server.app import create_app, prepare
+from shoal.server.services.jobs import masked_source
 from shoal.server.settings import ServerSettings
 
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    command: echo hi\n"
@@ -177,3 +178,15 @@ def test_tokens_never_appear_in_api_output_or_logs(
     ]
     for text in [*outputs, caplog.text]:
         assert secret not in text and admin not in text
+
+
+def test_a_job_files_secrets_are_masked_where_it_is_shown_again() -> None:
+    text = (
+        "version: 1\nname: j\nsecrets:\n  key: 'abcd1234'\n  pin: 7\n"
+        "roles:\n  w:\n    command: use abcd1234 and 7 and {{ secrets.pin }}\n"
+    )
+    masked = masked_source(text, {"key": "abcd1234", "pin": 7})
+    assert "abcd1234" not in masked
+    assert "  key: ******\n  pin: ******\n" in masked
+    assert "use ****** and 7 and {{ secrets.pin }}" in masked  # a 1-character one stays in prose
+    assert masked_source(text, {}) == text

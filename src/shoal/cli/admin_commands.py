@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from shoal.cli import audit_command
+
 admin_app = typer.Typer(
     help="Operators' commands: back up and restore the store, read the audit log.",
     no_args_is_help=True,
 )
+
+admin_app.command("audit")(audit_command.audit)

@@ -200,3 +200,19 @@ class Me(BaseModel):
     admin: bool
     groups: list[str]
     tokenKind: str
+
+
+# ---- the audit log ----
+
+
+class AuditEventOut(BaseModel):
+    """One security-relevant action (docs/audit.md)."""
+
+    id: int
+    at: float = Field(description="When, in seconds since the epoch.")
+    actor: str = Field(description="Who: a user, `node:NAME`, or `-`.")
+    action: str = Field(description="What, e.g. login, token.create, vc.update, exec.open.")
+    target: str = Field(description="What it acted on, e.g. `user alice`, `job 12`.")
+    outcome: Literal["ok", "refused"]
+    client: str = Field(description="The caller's address, or `-`.")
+    detail: dict[str, Any] = Field(description="What changed; never a secret.")

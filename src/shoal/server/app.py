@@ -36,9 +36,11 @@ from shoal.server.routers import (
     vcs,
     web,
 )
+from shoal.server.routers import audit as audit_routes
 from shoal.server.routers import exec as exec_routes
 from shoal.server.routers import logs as log_routes
 from shoal.server.scheduler_process import SchedulerProcess
+from shoal.server.services import audit
 from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
 from shoal.server.settings import ServerSettings
@@ -116,6 +118,8 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(stream.router)
     app.include_router(web.router)
     app.include_router(exec_routes.router)
+    app.include_router(audit_routes.router)
+    app.add_middleware(audit.RememberClient)  # the caller's address for the audit log
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

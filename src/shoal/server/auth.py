@@ -29,6 +29,7 @@ class Principal:
     kind: str  # user | application | agent | node (a node certificate)
     groups: tuple[str, ...] = ()
     node: str | None = None  # the node a node certificate names
+    token_id: int | None = None  # the token it presented (the audit log's new-client check)
 
 
 def hash_token(token: str) -> str:
@@ -177,5 +178,7 @@ def _look_up(db: Database, token_hash: str) -> _Known:
     if row is None or row[0].revoked_at is not None:
         return _Known(None, None, time.monotonic())
     found, user = row
-    principal = Principal(user.name, user.is_admin, found.kind, tuple(user.groups or ()))
+    principal = Principal(
+        user.name, user.is_admin, found.kind, tuple(user.groups or ()), token_id=found.id
+    )
     return _Known(principal, found.expires_at, time.monotonic())

@@ -55,6 +55,8 @@ class ServerContext:
     # job shapes that fitted the nodes at submission, and when (``submission._never_fits``)
     fits: dict[tuple[object, ...], float] = field(default_factory=dict)
     metrics: MetricsHistory = field(default_factory=MetricsHistory)  # what nodes use, lately
+    # (token id, address, User-Agent) seen since start: the audit log's new-client check
+    token_clients: set[tuple[int, str, str]] = field(default_factory=set)
     commits: GroupCommit = field(init=False)  # submissions, several per transaction
 
     def __post_init__(self) -> None:

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from shoal.server.auth import Principal, authenticate, cached_principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.node_auth import FORBIDDEN_NODE, authenticate_node
+from shoal.server.services import audit
 from shoal.server.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, csrf_matches
 from shoal.server.tls import peer_certificate
 
@@ -49,7 +50,9 @@ async def get_principal(
 ) -> Principal:
     certificate = peer_certificate(request.scope)
     if certificate is not None:  # verified against the CA by the TLS handshake
-        return await run_in_threadpool(authenticate_node, ctx.db, certificate)
+        node = await run_in_threadpool(authenticate_node, ctx.db, certificate)
+        audit.set_caller(node)
+        return node
     if credentials is not None and credentials.credentials:
         return await principal_of_token(ctx, credentials.credentials)
     if cookie:
@@ -83,6 +86,10 @@ async def principal_of_token(ctx: ServerContext, token: str, session: bool = Fal
             else "the token is unknown, revoked or expired"
         )
         raise ApiError(401, "UnauthorizedUserError", message)
+    audit.set_caller(principal)
+    new_client = audit.unseen_client(ctx, principal)
+    if new_client is not None:  # the first request of this token from this client
+        await run_in_threadpool(audit.note_token_use, ctx, principal, new_client)
     return principal
 
 

@@ -380,3 +380,24 @@ class ExecSessionRow(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     end_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class AuditEventRow(Base):
+    """One security-relevant action (the audit log, migration 0023; docs/audit.md), written in
+    the same transaction as the change it records. ``detail`` never holds a secret."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        Index("ix_audit_events_at", "at"),
+        Index("ix_audit_events_actor", "actor", "at"),
+        Index("ix_audit_events_action_target", "action", "target"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(64))  # a user, `node:NAME`, or `-` (nobody)
+    action: Mapped[str] = mapped_column(String(48))  # e.g. login, token.create, vc.update
+    target: Mapped[str] = mapped_column(String(256))  # what it acted on, e.g. `user alice`
+    outcome: Mapped[str] = mapped_column(String(16))  # ok | refused
+    client: Mapped[str] = mapped_column(String(64))  # the caller's address, or `-`
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -45,7 +45,7 @@ from shoal.server.exec_hub import (
     wait_for_agent,
 )
 from shoal.server.exec_schemas import ExecSessionOut
-from shoal.server.services import exec_sessions
+from shoal.server.services import audit, exec_sessions
 from shoal.server.services.exec_sessions import ExecRequest, ExecTarget
 from shoal.server.ws_auth import websocket_agent, websocket_principal
 
@@ -60,6 +60,9 @@ async def exec_in_task(websocket: WebSocket, job: str) -> None:
     ctx: ServerContext = websocket.app.state.context
     await websocket.accept()
     session_id = uuid.uuid4().hex
+    client = websocket.client
+    audit.set_client(client.host if client else None, websocket.headers.get("user-agent"))
+    principal: Principal | None = None
     try:
         principal = await websocket_principal(websocket, ctx)
         request = parse_request(websocket.query_params)
@@ -67,6 +70,10 @@ async def exec_in_task(websocket: WebSocket, job: str) -> None:
         target = await run_in_threadpool(_begin, ctx, principal, job, request, session_id)
     except ApiError as exc:
         ctx.exec_hub.close(session_id)
+        if principal is not None:  # who was refused a terminal, and why
+            await run_in_threadpool(
+                audit.record_refusal, ctx, principal, "exec.open", f"job {job}", exc.code
+            )
         await refuse(websocket, exc)
         return
     except BaseException:

@@ -208,14 +208,14 @@ def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
 
 @router.get("/{job}/source", response_model=JobSource)
 def get_source(job: str, ctx: Context, caller: Caller) -> JobSource:
-    """The job file as it was submitted (its owner and admins)."""
+    """The job file as it was submitted (its owner and admins), its secrets shown as ******."""
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
         return JobSource(
             id=found.id,
             name=found.name,
             format=found.source_format,
-            text=found.source_text,
+            text=job_service.masked_source(found.source_text, found.secrets or {}),
             virtualCluster=found.virtual_cluster,
         )
 

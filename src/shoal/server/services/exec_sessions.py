@@ -17,6 +17,7 @@ from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.exec_hub import SERVER_RESTARTED, LiveSession
 from shoal.server.node_auth import FORBIDDEN_NODE
+from shoal.server.services import audit
 from shoal.server.services.jobs import find_job
 from shoal.server.services.snapshot import spec_of
 from shoal.store.models import ExecSessionRow, Job, Task
@@ -77,6 +78,9 @@ def begin(
                 started_at=now,
             )
         )
+        audited = f"job {job.id} task {task.role}/{task.index}"
+        detail = {"session": session_id, "owner": job.user, "argv": list(request.argv)}
+        audit.record(session, now, principal, "exec.open", audited, detail)
         return ExecTarget(order, task.node, job.id, task.role, task.index)
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.services import vcs
+from shoal.server.services import audit, vcs
 from shoal.server.services.users import USER_NAME, require_admin
 from shoal.store.models import User, UserGroup, VirtualClusterRow
 
@@ -97,6 +97,7 @@ def create_group(ctx: ServerContext, caller: Principal, name: str, change: Group
         row = _new_row(ctx, name)
         session.add(row)
         _apply(session, row, replace(change, full=True))
+        audit.record(session, ctx.clock(), caller, "group.create", f"group {name}")
 
 
 def update_group(ctx: ServerContext, caller: Principal, name: str, change: GroupChange) -> None:
@@ -112,6 +113,7 @@ def update_group(ctx: ServerContext, caller: Principal, name: str, change: Group
             row = _new_row(ctx, name)
             session.add(row)
         _apply(session, row, change)
+        audit.record(session, ctx.clock(), caller, "group.update", f"group {name}")
 
 
 def delete_group(ctx: ServerContext, caller: Principal, name: str) -> None:
@@ -131,6 +133,7 @@ def delete_group(ctx: ServerContext, caller: Principal, name: str) -> None:
                 user.groups = [g for g in user.groups if g != name]
         if session.scalar(select(User.id).where(User.name == name)) is None:
             vcs.forget_member(session, name)
+        audit.record(session, ctx.clock(), caller, "group.delete", f"group {name}")
 
 
 def members(ctx: ServerContext, caller: Principal, name: str) -> list[tuple[str, bool]]:

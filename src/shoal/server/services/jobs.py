@@ -9,6 +9,7 @@ from shoal.core.states import State
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.notify import noted_news
+from shoal.server.services import audit
 from shoal.server.services.stopping import stop_array, stop_job
 from shoal.server.services.submission import ACTIVE
 from shoal.store.models import Job
@@ -71,6 +72,9 @@ def stop(ctx: ServerContext, principal: Principal, ref: str) -> Job:
             stop_array(session, job, principal.user, now)
         else:
             stop_job(session, job, principal.user, now)
+        if job.user != principal.user:  # an admin stops someone else's job
+            detail = {"owner": job.user, "name": job.name}
+            audit.record(session, now, principal, "job.stop", f"job {job.id}", detail)
     ctx.wake_agents(noted_news(session))
     ctx.wake_scheduler()
     return job
@@ -84,3 +88,26 @@ def jobs_by_state(session: Session) -> dict[str, int]:
     alone; an array counts as its parent and its elements."""
     counts: dict[str, int] = dict(session.execute(_BY_STATE).all())
     return {s.value: int(counts.get(s.value, 0)) for s in State}
+
+
+MASK = "******"
+
+
+def masked_source(text: str, secrets: dict[str, object]) -> str:
+    """The job file as submitted, with its secrets' values replaced by ``******`` (docs/audit.md,
+    "Secrets"): every line ``KEY: VALUE`` whose value is a secret's, and every other occurrence
+    of a secret of 4 characters or more (a shorter one would mask ordinary text)."""
+    values = {str(v) for v in secrets.values() if str(v)}
+    if not values:
+        return text
+    lines = []
+    for line in text.splitlines(keepends=True):
+        key, colon, value = line.partition(":")
+        bare = value.strip().strip("'\"")
+        ending = "\n" if line.endswith("\n") else ""
+        lines.append(f"{key}: {MASK}{ending}" if colon and bare in values else line)
+    masked = "".join(lines)
+    for value in sorted(values, key=len, reverse=True):
+        if len(value) >= 4:
+            masked = masked.replace(value, MASK)
+    return masked

@@ -22,6 +22,7 @@ from shoal.server.auth import Principal
 from shoal.server.ca import CertificateRequestError, PkiFiles, sign_node_csr
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.notify import noted_news
+from shoal.server.services import audit
 from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.node_life import change_node, record_node_event
 from shoal.server.services.nodes import HOLDING
@@ -65,6 +66,8 @@ def create_token(
     )
     with ctx.db.write() as session:
         session.add(row)
+        detail = {"expiresAt": row.expires_at, "uses": uses}
+        audit.record(session, now, caller, "jointoken.create", f"join token {row.id}", detail)
     return CreatedToken(token, row)
 
 
@@ -93,6 +96,7 @@ def revoke_token(ctx: ServerContext, caller: Principal, token_id: str) -> JoinTo
         if row.revoked_at is not None:
             raise ApiError(409, "JoinTokenRevoked", f"join token {token_id} is already revoked")
         row.revoked_at = ctx.clock()
+        audit.record(session, ctx.clock(), caller, "jointoken.revoke", f"join token {row.id}")
     return row
 
 
@@ -176,6 +180,10 @@ def join(ctx: ServerContext, request: JoinRequest) -> JoinResponse:
             "joined",
             f"joined with token {row.id}; certificate serial {signed.serial}",
         )
+        detail = {"joinToken": row.id, "serial": str(signed.serial), "labels": request.labels}
+        audit.record(
+            session, now, f"node:{request.node}", "node.join", f"node {request.node}", detail
+        )
     return JoinResponse(
         node=request.node,
         certificate=signed.pem,
@@ -228,6 +236,8 @@ def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -
                 "as lost when it goes NOT_READY (after the node timeout); then it is removed",
                 by=caller.user,
             )
+            detail = {"tasks": len(tasks), "pending": True}
+            audit.record(session, now, caller, "node.remove", f"node {name}", detail)
             return Removal(len(tasks), pending=True)
         for task in tasks:
             on_exit(session, task, ProcessExit(None, lost=True), now)
@@ -236,6 +246,8 @@ def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -
         record_node_event(
             session, name, now, "removed", "removed; its certificate revoked", by=caller.user
         )
+        detail = {"tasks": len(tasks), "pending": False}
+        audit.record(session, now, caller, "node.remove", f"node {name}", detail)
     ctx.wake_scheduler()
     ctx.wake_agents(noted_news(session))
     return Removal(len(tasks), pending=False)

@@ -16,6 +16,7 @@ from shoal.core.nodestates import (
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import NodeEventOut
+from shoal.server.services import audit
 from shoal.server.services.nodes import HOLDING
 from shoal.server.services.users import require_admin
 from shoal.store.models import Node, NodeEventRow, Task
@@ -86,6 +87,7 @@ def hold_node(ctx: ServerContext, caller: Principal, name: str, event: NodeEvent
             change_node(session, node, event, ctx.clock(), by=caller.user)
         except InvalidNodeTransition as exc:
             raise ApiError(409, "NodeStateConflict", str(exc)) from None
+        audit.record(session, ctx.clock(), caller, f"node.{event.value}", f"node {name}")
     ctx.wake_scheduler()
 
 

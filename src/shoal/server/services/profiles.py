@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from shoal.server.admin_schemas import UserIn
 from shoal.server.auth import ADMIN_USER, Principal
 from shoal.server.context import ApiError, ServerContext
+from shoal.server.services import audit, vcs
 from shoal.server.services import groups as group_service
-from shoal.server.services import vcs
 from shoal.server.services.users import (
     add_user,
     check_new_user,
@@ -89,6 +89,8 @@ def create(ctx: ServerContext, caller: Principal, new: NewProfile) -> None:
         add_user(session, body, ctx.clock(), email=new.email, extension=new.extension)
         if new.virtual_clusters is not None:
             vcs.set_membership(session, new.name, new.virtual_clusters)
+        detail = {"admin": new.admin, "virtualClusters": new.virtual_clusters}
+        audit.record(session, ctx.clock(), caller, "user.create", f"user {new.name}", detail)
 
 
 def update(ctx: ServerContext, caller: Principal, name: str, change: ProfileChange) -> None:
@@ -104,6 +106,8 @@ def update(ctx: ServerContext, caller: Principal, name: str, change: ProfileChan
     check_password_rule(change.password)
     with ctx.db.write() as session:
         _apply(session, _visible_user(session, caller, name), change)
+        detail = _changed_fields(change)
+        audit.record(session, ctx.clock(), caller, "user.update", f"user {name}", detail)
 
 
 def update_own(
@@ -131,6 +135,8 @@ def update_own(
                 "oldPassword is not your current password; give it to set newPassword",
             )
         _apply(session, user, change)
+        detail = _changed_fields(change)
+        audit.record(session, ctx.clock(), caller, "user.update", f"user {caller.user}", detail)
 
 
 def change_groups(
@@ -159,6 +165,23 @@ def change_groups(
             user.groups = [g for g in current if g not in groups]
         else:
             user.groups = list(dict.fromkeys(groups))
+        detail = {"groups": list(user.groups), "how": how}
+        audit.record(session, ctx.clock(), caller, "user.update", f"user {name}", detail)
+
+
+def _changed_fields(change: ProfileChange) -> dict[str, Any]:
+    """Which fields a change set (the audit log's detail); a password only as 'changed'."""
+    named = {
+        "admin": change.admin,
+        "email": change.email,
+        "extensionKeys": None if change.extension is None else sorted(change.extension),
+        "groups": change.groups,
+        "virtualClusters": change.virtual_clusters,
+    }
+    fields: dict[str, Any] = {k: v for k, v in named.items() if v is not None}
+    if change.password is not None:
+        fields["passwordChanged"] = True
+    return {"changes": fields}
 
 
 def _visible_user(session: Session, caller: Principal, name: str) -> User:

@@ -23,6 +23,7 @@ from shoal.server.admin_schemas import (
 )
 from shoal.server.auth import ADMIN_USER, Principal, hash_token, new_token
 from shoal.server.context import ApiError, ServerContext
+from shoal.server.services import audit
 from shoal.server.services import jobs as job_service
 from shoal.store.models import Job, Token, User
 
@@ -72,6 +73,8 @@ def create_user(ctx: ServerContext, caller: Principal, body: UserIn) -> tuple[Us
                 created_at=now,
             )
         )
+        detail = {"admin": body.admin, "groups": list(body.groups)}
+        audit.record(session, now, caller, "user.create", f"user {body.name}", detail)
     return UserOut(name=body.name, admin=body.admin, groups=list(body.groups)), token
 
 
@@ -176,6 +179,9 @@ def patch_user(
             user.groups = list(after["groups"])  # type: ignore[call-overload]
             if "password" in fields:
                 user.password_hash = None if body.password is None else hash_password(body.password)
+            if changes:
+                detail = {"changes": [c.model_dump() for c in changes]}
+                audit.record(session, ctx.clock(), caller, "user.update", f"user {name}", detail)
     return ChangeResult(name=name, dryRun=dry_run, before=before, after=after, changes=changes)
 
 
@@ -196,6 +202,8 @@ def delete_user(
             raise _has_active_jobs(session, name)
         for token in session.scalars(select(Token).where(Token.user_id == user.id)):
             token.revoked_at = token.revoked_at or ctx.clock()
+        detail = {"stoppedJobs": active}
+        audit.record(session, ctx.clock(), caller, "user.delete", f"user {name}", detail)
         if not active:
             session.delete(user)
     if not active:
@@ -243,6 +251,8 @@ def create_token(
         row, token = add_token(session, user, kind, label, ctx.clock(), expires_in_s)
         session.flush()
         out = _token_out(row, caller.user)
+        detail = {"kind": kind, "label": label, "expiresAt": row.expires_at}
+        audit.record(session, ctx.clock(), caller, "token.create", f"token {row.id}", detail)
     return out, token
 
 
@@ -272,12 +282,17 @@ def login(
     with ctx.db.read() as session:
         user = session.scalar(select(User).where(User.name == name))
     if user is None:
+        audit.record_refusal(ctx, name, "login", f"user {name}", "NoUserError")
         raise ApiError(400, "NoUserError", f"User {name} is not found.")
     if not check_password(password, user.password_hash):
+        audit.record_refusal(ctx, name, "login", f"user {name}", "IncorrectPasswordError")
         hint = "" if user.password_hash else f" (user {name} has no password: an admin sets one)"
         raise ApiError(400, "IncorrectPasswordError", f"Password is incorrect.{hint}")
     with ctx.db.write() as session:
-        _, token = add_token(session, user, "user", label, ctx.clock(), expires_in_s)
+        row, token = add_token(session, user, "user", label, ctx.clock(), expires_in_s)
+        session.flush()
+        detail = {"method": "password", "label": label, "tokenId": row.id}
+        audit.record(session, ctx.clock(), name, "login", f"user {name}", detail)
     return token, user.is_admin
 
 
@@ -297,6 +312,8 @@ def revoke_token(ctx: ServerContext, caller: Principal, token_id: int) -> None:
         if row is None or not (caller.is_admin or row[1].name == caller.user):
             raise ApiError(404, "NoTokenError", f"no token {token_id}")
         row[0].revoked_at = row[0].revoked_at or ctx.clock()
+        detail = {"owner": row[1].name, "label": row[0].label}
+        audit.record(session, ctx.clock(), caller, "token.revoke", f"token {token_id}", detail)
 
 
 def _token_out(token: Token, user: str) -> TokenOut:
@@ -361,6 +378,8 @@ def revoke_reference(ctx: ServerContext, caller: Principal, reference: str) -> N
                 f"token {_shown(reference)} is not one of yours; GET /api/v2/tokens lists them",
             )
         row[0].revoked_at = row[0].revoked_at or ctx.clock()
+        detail = {"owner": row[1].name, "label": row[0].label}
+        audit.record(session, ctx.clock(), caller, "token.revoke", f"token {row[0].id}", detail)
 
 
 def revoke_presented(ctx: ServerContext, caller: Principal, token: str) -> None:
@@ -376,6 +395,7 @@ def revoke_presented(ctx: ServerContext, caller: Principal, token: str) -> None:
         row = session.scalar(select(Token).where(Token.token_hash == hash_token(token)))
         if row is not None:
             row.revoked_at = row.revoked_at or ctx.clock()
+            audit.record(session, ctx.clock(), caller, "logout", f"token {row.id}")
 
 
 def _shown(reference: str) -> str:

@@ -32,6 +32,7 @@ from shoal.server.admin_schemas import (
     VirtualClusterPatch,
 )
 from shoal.server.context import ApiError, ServerContext
+from shoal.server.services import audit
 from shoal.server.services.nodes import HOLDING, load_nodes
 from shoal.store.models import Job, Task, VirtualClusterRow
 
@@ -315,6 +316,9 @@ def patch(
                 row = VirtualClusterRow(name=name, created_at=ctx.clock())
                 session.add(row)
             _write(row, after)
+            action = "vc.create" if create else "vc.update"
+            detail = {"changes": [c.model_dump() for c in changes]}
+            audit.record(session, ctx.clock(), None, action, f"vc {name}", detail)
     if not dry_run and changes:
         ctx.wake_scheduler()
     if name == DEFAULT_VC:
@@ -349,6 +353,7 @@ def delete(ctx: ServerContext, name: str) -> None:
                 "stop them or let them finish first",
             )
         session.delete(row)
+        audit.record(session, ctx.clock(), None, "vc.delete", f"vc {name}")
     ctx.wake_scheduler()
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from shoal.server.auth import Principal, authenticate, hash_token
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.services import users
+from shoal.server.services import audit, users
 from shoal.store.models import Token, User
 
 SESSION_COOKIE = "shoal_session"
@@ -59,7 +59,10 @@ def sign_in_with_token(ctx: ServerContext, token: str) -> tuple[str, Principal]:
         user = session.scalar(select(User).where(User.name == principal.user))
         if user is None:  # deleted between the two reads
             raise ApiError(401, "UnauthorizedUserError", f"user {principal.user} no longer exists")
-        _, session_token = users.add_token(session, user, "user", SESSION_LABEL, now, SESSION_S)
+        row, session_token = users.add_token(session, user, "user", SESSION_LABEL, now, SESSION_S)
+        session.flush()
+        detail = {"method": "token", "label": SESSION_LABEL, "tokenId": row.id}
+        audit.record(session, now, principal, "login", f"user {principal.user}", detail)
     return session_token, principal
 
 
@@ -67,5 +70,8 @@ def sign_out(ctx: ServerContext, session_token: str) -> None:
     """Revoke the session's token (idempotent: an unknown or revoked one is left alone)."""
     with ctx.db.write() as session:
         row = session.scalar(select(Token).where(Token.token_hash == hash_token(session_token)))
-        if row is not None and row.label == SESSION_LABEL:
-            row.revoked_at = row.revoked_at or ctx.clock()
+        if row is not None and row.label == SESSION_LABEL and row.revoked_at is None:
+            row.revoked_at = ctx.clock()
+            user = session.get(User, row.user_id)
+            actor = user.name if user is not None else audit.NOBODY
+            audit.record(session, ctx.clock(), actor, "logout", f"token {row.id}")
