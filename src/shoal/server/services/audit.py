@@ -13,17 +13,20 @@ tokens are named by their id, never their value.
 
 from __future__ import annotations
 
+import logging
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import exists, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.store.models import AuditEventRow
 
+log = logging.getLogger(__name__)
 OK = "ok"
 REFUSED = "refused"
 NOBODY = "-"
@@ -133,6 +136,19 @@ def note_token_use(ctx: ServerContext, principal: Principal, key: tuple[int, str
     """Write ``token.new_client`` unless this token was already used from this client (the
     store keeps it across restarts), then remember the client in memory."""
     target = f"token {key[0]}"
+    try:
+        _write_new_client(ctx, principal, key, target)
+    except OperationalError as exc:  # a full disk or a busy store must not refuse a read
+        log.warning("audit: could not record %s of %s from %s: %s", NEW_CLIENT, target, key[1], exc)
+        return
+    if len(ctx.token_clients) >= SEEN_CLIENTS_LIMIT:
+        ctx.token_clients.clear()
+    ctx.token_clients.add(key)
+
+
+def _write_new_client(
+    ctx: ServerContext, principal: Principal, key: tuple[int, str, str], target: str
+) -> None:
     with ctx.db.write() as session:
         seen = session.scalar(
             select(
@@ -147,9 +163,6 @@ def note_token_use(ctx: ServerContext, principal: Principal, key: tuple[int, str
         if not seen:
             detail = {"kind": principal.kind, "userAgent": key[2]}
             record(session, ctx.clock(), principal, NEW_CLIENT, target, detail)
-    if len(ctx.token_clients) >= SEEN_CLIENTS_LIMIT:
-        ctx.token_clients.clear()
-    ctx.token_clients.add(key)
 
 
 class RememberClient:
