@@ -128,9 +128,11 @@ def test_connections_that_never_finish_a_handshake_do_not_stop_the_server(
         _still_serving(network, worker)
         for _ in range(50):  # refused handshakes, one after another: no client certificate trust
             context = ssl.create_default_context()  # does not trust the cluster's CA
-            with socket.create_connection(address, timeout=10) as sock:
-                with pytest.raises(ssl.SSLError):
-                    context.wrap_socket(sock, server_hostname="127.0.0.1")
+            with (
+                socket.create_connection(address, timeout=10) as sock,
+                pytest.raises(ssl.SSLError),
+            ):
+                context.wrap_socket(sock, server_hostname="127.0.0.1")
         _still_serving(network, worker)
     finally:
         for sock in idle + half:
