@@ -16,6 +16,9 @@ from shoal.protocol import LogUpload, LogUploadRequest, LogUploadResponse
 
 CHUNK = 256 * 1024
 STREAMS = ("stdout", "stderr")
+# The server stored none of what was sent (its disk is full, docs/disk.md): the output stays in
+# the task's files here, and shipping pauses this long before it is offered again.
+HELD_BACK_WAIT_S = 2.0
 
 
 class LogShipper:
@@ -23,13 +26,17 @@ class LogShipper:
         self.runner = runner
         self.upload = upload
         self.shipped: dict[tuple[str, str], int] = {}
+        self.held_until = 0.0  # time.monotonic() before which shipping waits
 
     def ship(self) -> None:
         """Send what is new in every attempt's logs; mark finished attempts fully shipped."""
+        if time.monotonic() < self.held_until:
+            return
         with self.runner.lock:
             attempts = [a for a in self.runner.attempts.values() if not a.logs_done]
         for _ in range(64):  # bounded: at most 64 rounds of 256 KiB chunks per call
             chunks, finished = self._collect(attempts)
+            held_back = bool(chunks)
             if chunks:
                 response = self.upload(LogUploadRequest(chunks=chunks))
                 for chunk in chunks:
@@ -38,6 +45,10 @@ class LogShipper:
                     # The server's size wins; no size means it does not want this log (stale).
                     size = response.sizes.get(chunk.attempt_id, {}).get(chunk.stream, sent_to)
                     self.shipped[key] = size
+                    held_back = held_back and size == chunk.offset and sent_to > size
+            if held_back:
+                self.held_until = time.monotonic() + HELD_BACK_WAIT_S
+                return
             for attempt in finished:
                 if all(self._pending(attempt, s) == 0 for s in STREAMS):
                     attempt.logs_done = True

@@ -12,6 +12,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shoal import __version__
@@ -44,6 +45,7 @@ from shoal.server.services import audit
 from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
 from shoal.server.settings import ServerSettings
+from shoal.server.storage import disk_full_answer
 from shoal.server.tls import https_options
 from shoal.store.db import Database, sqlite_url
 
@@ -127,6 +129,15 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
         headers.update(exc.headers)
         return JSONResponse(body, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(OSError)
+    async def disk_full(request: Request, exc: Exception) -> JSONResponse:
+        """A write that met a full disk was rolled back: 507, not 500 (docs/disk.md)."""
+        answer = disk_full_answer(ctx.settings, exc)
+        if answer is None:
+            raise exc
+        return await api_error(request, answer)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -52,6 +52,10 @@ class ServerSettings:
     # How a job runs when neither its file (``runtime:``) nor its submission (``--runtime``) says
     # (docs/containers.md): "process", child processes of the agent; "container", podman.
     default_runtime: Literal["process", "container"] = "process"
+    # Free space kept under the home for the database (docs/disk.md): below the smaller of these,
+    # submissions are refused with 507 StorageFull and stored task logs stop growing.
+    storage_reserve_bytes: int = 64 * 1024 * 1024
+    storage_reserve_fraction: float = 0.05  # of the filesystem holding the home
 
     @property
     def heartbeat_write_s(self) -> float:

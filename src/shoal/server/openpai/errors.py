@@ -46,8 +46,8 @@ CODES = frozenset(
 
 def described(error: ApiError, statuses: frozenset[int]) -> ApiError:
     """``error`` as a route that describes ``statuses`` may answer it."""
-    if error.status in statuses and error.code in CODES:
-        return error
+    if (error.status in statuses and error.code in CODES) or error.status == 507:
+        return error  # 507: the disk is full (docs/disk.md), which no description foresaw
     if error.status in (401, 403) and error.status in statuses:
         code = "UnauthorizedUserError" if error.status == 401 else "ForbiddenUserError"
         return ApiError(error.status, code, error.message, error.problems, error.headers)

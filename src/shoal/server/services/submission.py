@@ -47,6 +47,7 @@ from shoal.server.services.nodes import load_nodes
 from shoal.server.services.runtimes import fallback_runtime, resolve
 from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
 from shoal.server.services.vcs import ensure_exists
+from shoal.server.storage import require_room
 from shoal.spec.arrays import ArrayError, ArrayRange, parse_array
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import ParsedJobs, load_job_text
@@ -123,6 +124,7 @@ async def submit_grouped(
     fraction of a millisecond, less than the hand-off to a worker thread); a large one, or one
     with an inline code archive (file writes), in a worker thread. ``names_for_good``: a name
     any earlier job of the user had is refused too (OpenPAI's rule), not only an active one's."""
+    require_room(ctx.settings)  # 507 before anything is read or written (docs/disk.md)
     if request.code_archive is None and len(request.spec) <= INLINE_READ_LIMIT:
         prepared = prepare(ctx, request)
     else:
