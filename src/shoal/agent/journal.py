@@ -14,6 +14,7 @@ once the server has acknowledged its exit.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -68,6 +69,16 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text)
     os.replace(temporary, path)
+
+
+def _overwrite(path: Path, text: str) -> None:
+    """Write ``text`` over the start of ``path`` in place (space-padded to its length)."""
+    descriptor = os.open(path, os.O_WRONLY)
+    try:
+        size = os.fstat(descriptor).st_size
+        os.pwrite(descriptor, (text.ljust(size - 1) + "\n").encode(), 0)
+    finally:
+        os.close(descriptor)
 
 
 def same_process(pid: int, create_time: float | None) -> bool:
@@ -150,7 +161,14 @@ class Journal:
     def extend_lease(self, deadline: float) -> None:
         """Keepers stop their tasks once the boot-time clock passes ``deadline``."""
         self.home.mkdir(parents=True, exist_ok=True)
-        write_private(self.lease_path, f"{deadline:.3f}\n")
+        try:
+            write_private(self.lease_path, f"{deadline:.3f}\n")
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or not self.lease_path.exists():
+                raise
+            # A full disk (docs/disk.md): a new file needs a block, the old one has it. The
+            # deadline only grows, and a keeper that cannot parse it enforces nothing that turn.
+            _overwrite(self.lease_path, f"{deadline:.3f}")
 
     def lease_deadline(self) -> float | None:
         with contextlib.suppress(OSError, ValueError):
