@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from shoal.cli import audit_command
+from shoal.cli import audit_command, backup_commands
 
 admin_app = typer.Typer(
     help="Operators' commands: back up and restore the store, read the audit log.",
@@ -12,3 +12,5 @@ admin_app = typer.Typer(
 )
 
 admin_app.command("audit")(audit_command.audit)
+admin_app.command()(backup_commands.backup)
+admin_app.command()(backup_commands.restore)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -23,6 +23,7 @@ from shoal.server.loop import SchedulerLoop
 from shoal.server.openpai import router as openpai_router
 from shoal.server.routers import (
     agent,
+    backup,
     data,
     images,
     jobs,
@@ -121,6 +122,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(web.router)
     app.include_router(exec_routes.router)
     app.include_router(audit_routes.router)
+    app.include_router(backup.router)
     app.add_middleware(audit.RememberClient)  # the caller's address for the audit log
 
     @app.exception_handler(ApiError)
@@ -130,14 +132,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         headers.update(exc.headers)
         return JSONResponse(body, status_code=exc.status, headers=headers)
 
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(OSError)
-    async def disk_full(request: Request, exc: Exception) -> JSONResponse:
-        """A write that met a full disk was rolled back: 507, not 500 (docs/disk.md)."""
-        answer = disk_full_answer(ctx.settings, exc)
-        if answer is None:
-            raise exc
-        return await api_error(request, answer)
+    _answer_disk_full(app, ctx, api_error)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -167,6 +162,21 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         )
 
     return app
+
+
+def _answer_disk_full(
+    app: FastAPI, ctx: ServerContext, api_error: Callable[[Request, ApiError], Awaitable[Response]]
+) -> None:
+    """A write that met a full disk was rolled back: 507, not 500 (docs/disk.md)."""
+
+    async def disk_full(request: Request, exc: Exception) -> Response:
+        answer = disk_full_answer(ctx.settings, exc)
+        if answer is None:
+            raise exc
+        return await api_error(request, answer)
+
+    app.add_exception_handler(OperationalError, disk_full)
+    app.add_exception_handler(OSError, disk_full)
 
 
 def _openpai(request: Request) -> bool:
