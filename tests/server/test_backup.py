@@ -15,19 +15,26 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine
 
 from shoal import __version__
-from shoal.backup_archive import DATABASE, MANIFEST, BackupError, bytes_member, end, verify
+from shoal.backup_archive import DATABASE, FORMAT, MANIFEST, BackupError, bytes_member, end, verify
 from shoal.local.restore import restore
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from shoal.server.app import create_app, prepare
 from shoal.server.settings import ServerSettings
+from shoal.store.db import MIGRATIONS
 
+HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+OLDER = "0020"  # any revision before the head
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    command: python main.py\n"
 
 
-def code_archive() -> bytes:
+def make_code_archive() -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         info = tarfile.TarInfo("main.py")
@@ -36,12 +43,15 @@ def code_archive() -> bytes:
     return buffer.getvalue()
 
 
+CODE = make_code_archive()
+
+
 def backed_up(home: Path, target: Path) -> dict[str, object]:
     """A server on ``home`` with one job with code and one without; its backup in ``target``."""
     ctx = prepare(ServerSettings(home=home))
     with TestClient(create_app(ctx, run_scheduler=False)) as api:
         api.headers["Authorization"] = f"Bearer {(home / 'admin.token').read_text().strip()}"
-        code = base64.b64encode(code_archive()).decode()
+        code = base64.b64encode(CODE).decode()
         spec = {"spec": JOB.format(name="coded"), "code_archive": code}
         assert api.post("/api/v1/jobs", json=spec).status_code == 201
         assert api.post("/api/v1/jobs", json={"spec": JOB.format(name="plain")}).status_code == 201
@@ -73,18 +83,41 @@ def rewrite(backup: Path, target: Path, revision: str, change: str = "SELECT 1")
     target.write_bytes(b"".join(parts))
 
 
+def backup_at(revision: str, target: Path, scratch: Path) -> None:
+    """A backup of an empty store at schema ``revision`` (made by that revision's migrations)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = create_engine(f"sqlite:///{scratch}")
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    engine.dispose()
+    database = scratch.read_bytes()
+    manifest = {
+        "format": FORMAT,
+        "shoalVersion": "0.0.1",
+        "schemaRevision": revision,
+        "jobs": 0,
+        "database": {"size": len(database), "sha256": hashlib.sha256(database).hexdigest()},
+        "blobs": [],
+        "legacyCode": [],
+    }
+    parts = [*bytes_member(MANIFEST, json.dumps(manifest).encode(), 0)]
+    target.write_bytes(b"".join([*parts, *bytes_member(DATABASE, database, 0), end()]))
+
+
 def test_a_backup_holds_the_store_and_code_and_restores_into_a_new_home(tmp_path: Path) -> None:
     backup = tmp_path / "backup.tar"
     manifest = backed_up(tmp_path / "home", backup)
     assert manifest["jobs"] == 2 and manifest["shoalVersion"] == __version__
     (blob,) = manifest["blobs"]  # type: ignore[misc]
     assert blob["code"] and blob["jobCode"]
-    assert manifest["schemaRevision"] == "0022"
+    assert manifest["schemaRevision"] == HEAD
 
     fresh = tmp_path / "fresh"
     done = restore(backup, fresh)
     assert done.kept_aside is None and done.blobs_added == 1
-    assert (fresh / "blobs" / "sha256" / blob["sha256"]).read_bytes() == code_archive()
+    assert (fresh / "blobs" / "sha256" / blob["sha256"]).read_bytes() == CODE
     assert (fresh / "blobs" / "code" / blob["sha256"]).exists()
     ctx = prepare(ServerSettings(home=fresh))  # a new admin token: the file was not there
     with TestClient(create_app(ctx, run_scheduler=False)) as api:
@@ -92,7 +125,7 @@ def test_a_backup_holds_the_store_and_code_and_restores_into_a_new_home(tmp_path
         names = sorted(job["name"] for job in api.get("/api/v1/jobs").json())
         assert names == ["coded", "plain"]
         code = api.get("/api/v1/agent/code/1", headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
-        assert code.status_code == 200 and code.content == code_archive()
+        assert code.status_code == 200 and code.content == CODE
 
 
 def test_a_newer_schema_is_refused_and_an_older_one_migrated_at_start(tmp_path: Path) -> None:
@@ -106,12 +139,12 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated_at_start(tmp_path: 
     assert not (target / DATABASE).exists()
 
     older = tmp_path / "older.tar"
-    rewrite(backup, older, "0021", "DROP TABLE exec_sessions")  # as 0021 was: 0022 added it
+    backup_at(OLDER, older, tmp_path / "older.db")
     restore(older, target)
-    prepare(ServerSettings(home=target)).db.dispose()
+    prepare(ServerSettings(home=target)).db.dispose()  # migrated as the server starts
     with contextlib.closing(sqlite3.connect(target / DATABASE)) as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0022"
-        assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone()[0] == HEAD
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_a_cut_short_backup_is_refused(tmp_path: Path) -> None:
