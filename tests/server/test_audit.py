@@ -207,3 +207,10 @@ def test_migration_0023_adds_and_drops_the_audit_table(tmp_path: Path) -> None:
     migrate("downgrade", "0022")
     assert "audit_events" not in tables() and "exec_sessions" in tables()
     db.dispose()
+
+
+def test_a_backup_is_recorded(api: TestClient) -> None:
+    taken = api.get("/api/v1/admin/backup")
+    assert taken.status_code == 200, taken.text
+    (row,) = log(api, action="store.backup")
+    assert (row["actor"], row["target"], row["detail"]["jobs"]) == ("admin", "store", 0)

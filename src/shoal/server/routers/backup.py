@@ -8,7 +8,7 @@ from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
 from shoal.server.deps import Caller, Context
-from shoal.server.services import backup
+from shoal.server.services import audit, backup
 from shoal.server.services.users import require_admin
 
 router = APIRouter(tags=["admin"])
@@ -24,6 +24,11 @@ def make_backup(ctx: Context, caller: Caller) -> StreamingResponse:
     with the code archives, data sets and images it refers to, as one tar."""
     require_admin(caller)
     snapshot = backup.take(ctx)
+    detail = {
+        "jobs": snapshot.manifest["jobs"],
+        "schemaRevision": snapshot.manifest["schemaRevision"],
+    }
+    audit.record_alone(ctx, caller, "store.backup", "store", detail)
     return StreamingResponse(
         backup.stream(snapshot, ctx.clock()),
         media_type="application/x-tar",

@@ -165,6 +165,18 @@ def _write_new_client(
             record(session, ctx.clock(), principal, NEW_CLIENT, target, detail)
 
 
+def record_alone(
+    ctx: ServerContext,
+    actor: Principal | str | None,
+    action: str,
+    target: str,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """An action that changed nothing in the store (a backup taken), in its own transaction."""
+    with ctx.db.write() as session:
+        record(session, ctx.clock(), actor, action, target, detail)
+
+
 class RememberClient:
     """ASGI middleware: every HTTP request's address and User-Agent, for the rows its services
     write (a sign-in has no principal yet, so ``deps.get_principal`` cannot be the one place)."""
