@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,33 @@ def wait_recovered(cluster: LocalCluster, token: str, killed_at: float) -> Recov
                 pass
             time.sleep(0.01)
     raise AssertionError(f"the API did not answer within {RECOVERY_LIMIT_S:g}s of the kill")
+
+
+@dataclass(frozen=True)
+class OldScheduler:
+    gone_s: float | None  # kill -> its old scheduler process(es) ended (None: not within 20 s)
+    left: list[int]  # those still alive then
+
+
+def crash_and_restart(
+    cluster: LocalCluster, token: str, whole_group: bool
+) -> tuple[Recovery, OldScheduler]:
+    """``kill -9`` the server, start it again at once, wait until the API answers; meanwhile
+    note when the killed server's scheduler process ended."""
+    killed_at, schedulers = kill_server(cluster, whole_group)
+    gone: list[float] = []
+
+    def watch() -> None:
+        if not wait_dead(schedulers, 20):
+            gone.append(round(time.monotonic() - killed_at, 2))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    start_server(cluster)
+    recovery = wait_recovered(cluster, token, killed_at)
+    watcher.join(timeout=30)
+    left = [p for p in schedulers if alive(p)]
+    return recovery, OldScheduler(gone[0] if gone else None, left)
 
 
 def kill_agent(cluster: LocalCluster, whole_group: bool) -> float:

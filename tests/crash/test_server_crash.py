@@ -15,15 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.local.supervisor import stop_local
-from tests.crash.cluster import (
-    describe,
-    kill_server,
-    loadavg,
-    start_server,
-    task_processes,
-    wait_dead,
-    wait_recovered,
-)
+from tests.crash.cluster import crash_and_restart, describe, loadavg, task_processes
 from tests.crash.loadgen import Ack, Load, LoadConfig, median
 from tests.crash.marked import marked_jobs, read_marks
 from tests.crash.rounds import (
@@ -89,22 +81,19 @@ def one_round(
     wait_for_progress(load, int(rng.uniform(0.1, 0.7) * SERVER_SUBMISSIONS))  # a random point
     before = running_at(snapshot(cluster.home, PREFIX))  # of this round and earlier ones
     whole_group = number % 2 == 1
-    killed_at, schedulers = kill_server(cluster, whole_group)
-    start_server(cluster)
-    recovery = wait_recovered(cluster, token, killed_at)
-    leftover = wait_dead(schedulers, 20)
+    recovery, scheduler = crash_and_restart(cluster, token, whole_group)
     result = load.join()
     time.sleep(ADOPTION_MARGIN_S + 1)  # the adopted tasks' reports are in
     after = snapshot(cluster.home, prefix)
     unanswered = set(result.unanswered)
     problems = acknowledged_problems(after, result.acks, unanswered)
-    problems += [f"scheduler process {p} outlived its server" for p in leftover]
+    problems += [f"scheduler process {p} outlived its server" for p in scheduler.left]
     problems += coherence_problems(after)
     listed = {j["id"] for j in cluster.client.jobs(limit=10000, since=started_wall - 1)}
     problems += [f"job {a.id} is not listed by the API" for a in result.acks if a.id not in listed]
     everyone = snapshot(cluster.home, PREFIX)
     problems += [f"not adopted: {t}" for t in not_adopted(before, everyone, recovery.back_wall)]
-    window = Window(killed_at, killed_at + recovery.list_s)
+    window = Window(recovery.killed_at, recovery.killed_at + recovery.list_s)
     problems += [f"unexpected error {f}" for f in unexpected(result.failures, [window])]
     stored_unanswered = sum(1 for j in after.jobs.values() if j.name in unanswered)
     figures = {
@@ -113,6 +102,7 @@ def one_round(
         **result.summary(),
         "recovery_health_s": round(recovery.health_s, 2),
         "recovery_list_s": round(recovery.list_s, 2),
+        "old_scheduler_gone_s": scheduler.gone_s,
         "running_at_kill": len(before),
         "adopted": len(before & everyone.adopted),
         "unanswered_stored": stored_unanswered,
