@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api clean
+.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api crash clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -180,6 +180,14 @@ bench-dashboard: setup web system-deps
 # Needs root: the server and agents run on network-namespace hosts (198.18.0.0/15).
 bench-cluster: setup
 	$(BIN)/python bench/cluster.py
+
+# Crash rounds under load, the long version (tests/crash/; the default run has 2 + 2 small rounds):
+# 10 server kill -9 rounds of 1,000 submissions from 20 clients, 10 agent kill -9 rounds, then the
+# plain load figures (500 and 1,000 submissions, no crash). Figures: bench/results/crash.json.
+crash: setup
+	SHOAL_CRASH_ROUNDS=10 SHOAL_CRASH_REPORT=bench/results/crash.json \
+		$(BIN)/python -m pytest -q -s tests/crash
+	$(BIN)/python -m tests.crash.loadgen --submissions 500 1000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(SDK_DIR)/node_modules
