@@ -32,6 +32,9 @@ from shoal.server.rate_limits import RateLimits, Refusal
 from shoal.server.services.web_sessions import SESSION_COOKIE
 from shoal.server.tls import peer_certificate
 
+# The largest integer a query parameter may carry into a query: SQLite's INTEGER (a bigger one
+# is a 422 naming the parameter, not an OverflowError).
+SQL_INT_MAX = 2**63 - 1
 AGENT_PREFIX = "/api/v1/agent/"
 OPENPAI_PREFIX = "/api/v2/"
 EXEMPT_KINDS = frozenset({"agent", "node"})
