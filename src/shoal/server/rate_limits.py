@@ -21,7 +21,13 @@ from shoal.server.settings import ServerSettings
 # At most this many buckets per kind; past it, buckets that have refilled completely (idle
 # callers) are dropped, so a flood of client addresses cannot grow memory without bound.
 MAX_BUCKETS = 10_000
+EPSILON = 1e-9
 SUBMISSIONS = frozenset({("POST", "/api/v1/jobs"), ("POST", "/api/v2/jobs")})
+
+
+def monotonic() -> float:
+    """The buckets' clock."""
+    return time.monotonic()
 
 
 @dataclass
@@ -72,8 +78,8 @@ class BucketSet:
             bucket = self.buckets[key] = Bucket(float(self.capacity), now)
         bucket.tokens = min(self.capacity, bucket.tokens + (now - bucket.updated) * self.rate)
         bucket.updated = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
+        if bucket.tokens >= 1.0 - EPSILON:  # 11 s + 1 s of refill is a whole token
+            bucket.tokens = max(0.0, bucket.tokens - 1.0)
             return 0.0
         return (1.0 - bucket.tokens) / self.rate
 
@@ -86,7 +92,9 @@ class BucketSet:
 class RateLimits:
     """The server's buckets; ``check`` answers None (let in) or the ``Refusal``."""
 
-    def __init__(self, settings: ServerSettings, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, settings: ServerSettings, clock: Callable[[], float] | None = None):
+        clock = clock or (lambda: monotonic())  # looked up at each call: tests replace it
+
         def buckets(count: int, period_s: float) -> BucketSet | None:
             return BucketSet(count, period_s, clock) if count > 0 else None
 
@@ -131,4 +139,4 @@ OPTIONS = {
 
 def _refusal(limit: str, buckets: BucketSet, who: str, wait_s: float) -> Refusal:
     option, per = OPTIONS[limit]
-    return Refusal(limit, option, per, buckets.capacity, who, max(1, math.ceil(wait_s)))
+    return Refusal(limit, option, per, buckets.capacity, who, max(1, math.ceil(wait_s - EPSILON)))
