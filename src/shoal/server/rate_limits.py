@@ -93,7 +93,7 @@ class RateLimits:
     """The server's buckets; ``check`` answers None (let in) or the ``Refusal``."""
 
     def __init__(self, settings: ServerSettings, clock: Callable[[], float] | None = None):
-        clock = clock or (lambda: monotonic())  # looked up at each call: tests replace it
+        clock = clock or monotonic
 
         def buckets(count: int, period_s: float) -> BucketSet | None:
             return BucketSet(count, period_s, clock) if count > 0 else None
