@@ -50,19 +50,11 @@ def server(tmp_path: Path, clock: Clock) -> Iterator[tuple[TestClient, str]]:
         yield client, (home / "admin.token").read_text().strip()
 
 
-def warm(client: TestClient, token: str) -> None:
-    """One request whose credential is then known without a query: a token's first request in a
-    while is counted against its address (here: not limited), the ones after against its user."""
-    assert client.get("/api/v1/jobs", headers=bearer(token)).status_code == 200
-
-
 def test_a_user_over_the_request_budget_gets_429_with_retry_after(
     server: tuple[TestClient, str], clock: Clock
 ) -> None:
     client, admin = server
     alice, bob = make_user(client, admin, "alice"), make_user(client, admin, "bob")
-    warm(client, alice)
-    warm(client, bob)
     answers = [client.get("/api/v1/jobs", headers=bearer(alice)) for _ in range(6)]
     assert [a.status_code for a in answers] == [200] * 5 + [429]
     refused = answers[-1]
@@ -94,7 +86,6 @@ def test_submissions_have_their_own_hourly_budget(tmp_path: Path, clock: Clock) 
     with serve(home, **limits) as client:
         admin = (home / "admin.token").read_text().strip()
         alice = make_user(client, admin, "alice")
-        warm(client, alice)
         codes = [
             client.post(
                 "/api/v1/jobs", json={"spec": JOB.format(name=f"j{i}")}, headers=bearer(alice)
@@ -187,3 +178,16 @@ def test_the_defaults_are_documented_and_generous_enough_for_sweeps() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "limits.md").read_text()
     for figure in ("3,000", "1,000", "600", "1 MiB", "100 MiB"):
         assert figure in docs, figure
+
+
+def test_the_admin_is_not_counted_even_while_the_token_cache_is_emptied(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Every user or token change empties the server's token cache: the credential is looked
+    up again, never mistaken for an anonymous caller (here: 3 a minute)."""
+    home = tmp_path / "home"
+    with serve(home, rate_limit_anonymous_per_min=3, rate_limit_requests_per_min=3) as client:
+        admin = (home / "admin.token").read_text().strip()
+        tokens = [make_user(client, admin, f"u{i}") for i in range(10)]
+        assert client.get("/api/v1/jobs", headers=bearer(admin)).status_code == 200
+        assert client.get("/api/v1/jobs", headers=bearer(tokens[-1])).status_code == 200

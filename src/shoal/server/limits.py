@@ -117,15 +117,15 @@ class RequestLimits:
         await _CountedBody(self.app, limit).run(scope, receive, send)
 
     async def _caller(self, scope: Scope, path: str) -> Principal | str:
-        """The principal of the request's credential when it is known without a query (agent
-        paths: looked up, since the body limit depends on it), else the client's address."""
+        """The principal of the request's credential, else the client's address. Looked up
+        only when a limit depends on it; a lookup fills the token cache the route then uses."""
         if peer_certificate(scope) is not None:  # verified against the cluster's CA
             return Principal(user="", is_admin=False, kind="node")
         token = _credential(scope)
-        if token:
+        if token and (self.rates.enabled or path.startswith(AGENT_PREFIX)):
             db, now = self.ctx.db, self.ctx.clock()
             known, principal = cached_principal(db, token, now)
-            if not known and path.startswith(AGENT_PREFIX):
+            if not known:
                 principal = await run_in_threadpool(authenticate, db, token, now)
             if principal is not None:
                 return principal
@@ -135,9 +135,7 @@ class RequestLimits:
     def _rate(self, caller: Principal | str, method: str, path: str) -> Refusal | None:
         if not self.rates.enabled:
             return None
-        if isinstance(caller, str):
-            # no credential, a wrong one, or one not looked up yet (its first request in a
-            # while): counted against the address, which also bounds guessing tokens
+        if isinstance(caller, str):  # no valid credential: by address (bounds guessing)
             return self.rates.check_anonymous(caller)
         if caller.is_admin or caller.kind in EXEMPT_KINDS:
             return None
