@@ -191,3 +191,14 @@ def test_the_admin_is_not_counted_even_while_the_token_cache_is_emptied(
         tokens = [make_user(client, admin, f"u{i}") for i in range(10)]
         assert client.get("/api/v1/jobs", headers=bearer(admin)).status_code == 200
         assert client.get("/api/v1/jobs", headers=bearer(tokens[-1])).status_code == 200
+
+
+def test_server_start_options_change_only_the_limits_given() -> None:
+    from shoal.cli.server_commands import _with_limits
+
+    base = ServerSettings(home=Path("/nonexistent"), port=9000)
+    changed = _with_limits(
+        base, max_body_bytes=5, rate_limit_requests_per_min=0, max_push_bytes=None
+    )
+    assert (changed.max_body_bytes, changed.rate_limit_requests_per_min) == (5, 0)
+    assert changed.max_push_bytes == base.max_push_bytes and changed.port == 9000
