@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from shoal.cli.server_commands import _with_limits
 from shoal.server import rate_limits
 from shoal.server.app import create_app, prepare
 from shoal.server.rate_limits import BucketSet, RateLimits
@@ -194,8 +195,6 @@ def test_the_admin_is_not_counted_even_while_the_token_cache_is_emptied(
 
 
 def test_server_start_options_change_only_the_limits_given() -> None:
-    from shoal.cli.server_commands import _with_limits
-
     base = ServerSettings(home=Path("/nonexistent"), port=9000)
     changed = _with_limits(
         base, max_body_bytes=5, rate_limit_requests_per_min=0, max_push_bytes=None
