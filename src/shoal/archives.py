@@ -41,6 +41,7 @@ DEFAULT_IGNORED = (
 )
 CHUNK = 1 << 20
 SETID_BITS = stat.S_ISUID | stat.S_ISGID
+MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
 
 
 @dataclass(frozen=True)
@@ -166,14 +167,64 @@ def unsafe_member(member: tarfile.TarInfo) -> str | None:
     return None
 
 
+class LinkMap:
+    """The archive's symbolic links seen so far, to follow them as unpacking would: a member
+    written through a link, or a link reached through another (``a -> .``, ``b -> a/..``), must
+    stay inside the archive too. Pure names: nothing on disk is looked at."""
+
+    def __init__(self) -> None:
+        self.targets: dict[tuple[str, ...], str] = {}
+
+    def resolve(self, parts: list[str]) -> tuple[str, ...] | None:
+        """Where ``parts`` (from the archive's root) lead once links are followed; None: out
+        of the archive (or through more than ``MAX_LINK_HOPS`` links)."""
+        todo, done, hops = list(parts), list[str](), 0
+        while todo:
+            part = todo.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not done:
+                    return None
+                done.pop()
+                continue
+            done.append(part)
+            target = self.targets.get(tuple(done))
+            if target is not None:
+                hops += 1
+                if hops > MAX_LINK_HOPS or target.startswith("/"):
+                    return None
+                done.pop()
+                todo = target.split("/") + todo
+        return tuple(done)
+
+    def problem(self, member: tarfile.TarInfo) -> str | None:
+        """Why ``member`` would land or point outside, given the links before it."""
+        parts = member.name.split("/")
+        if member.issym() or member.islnk():
+            parent = self.resolve(parts[:-1])
+            if parent is None:
+                return "is written through a link that leads out of the archive (or loops)"
+            start = list(parent) if member.issym() else []
+            if self.resolve(start + member.linkname.split("/")) is None:
+                return f"is a link pointing outside the archive (to {member.linkname}, via links)"
+            if member.issym():
+                self.targets[(*parent, parts[-1])] = member.linkname
+            return None
+        if self.resolve(parts) is None:
+            return "is written through a link that leads out of the archive (or loops)"
+        return None
+
+
 def check(path: Path, max_unpacked: int | None = None) -> tuple[int, int]:
     """Every member of the archive at ``path`` is safe (else ``ArchiveError`` naming the first
     unsafe one); returns (members, unpacked bytes). ``max_unpacked`` bounds the unpacked size."""
     members = unpacked = 0
+    links = LinkMap()
     try:
         with tarfile.open(path, mode="r:*") as archive:
             for member in archive:
-                problem = unsafe_member(member)
+                problem = unsafe_member(member) or links.problem(member)
                 if problem is not None:
                     raise ArchiveError(f"archive member {member.name!r} {problem}")
                 members += 1

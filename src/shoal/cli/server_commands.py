@@ -4,8 +4,10 @@ starts (plain HTTP on loopback)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ from shoal.paths import DEFAULT_PORT, default_home
 # shoal.server is imported inside the commands only (tests/cli/test_cli_imports.py).
 if TYPE_CHECKING:
     from shoal.server.ca import PkiFiles
+    from shoal.server.settings import ServerSettings
 
 server_app = typer.Typer(
     help="A shoal server on the network: `init` (CA, certificates, admin token), `start`.",
@@ -25,6 +28,17 @@ server_app = typer.Typer(
 )
 WILDCARDS = ("0.0.0.0", "::")
 HOME_OPTION = typer.Option(None, "--home", help="State directory (default $SHOAL_HOME).")
+
+
+def _limit(name: str, help_text: str) -> typing.Any:
+    """A limit's option; unset: the server's default (docs/limits.md)."""
+    return typer.Option(None, name, min=0, help=f"{help_text} 0: no limit.")
+
+
+def _with_limits(settings: ServerSettings, **limits: int | None) -> ServerSettings:
+    """``settings`` with the limits given on the command line (the others: defaults)."""
+    given = {name: value for name, value in limits.items() if value is not None}
+    return dataclasses.replace(settings, **given)  # type: ignore[arg-type]
 
 
 @server_app.callback()
@@ -132,9 +146,19 @@ def start(
         "--default-runtime",
         help="How jobs run when neither their file nor `job submit --runtime` says.",
     ),
+    max_body: int | None = _limit("--max-body", "Bytes of a JSON/YAML body (1 MiB)."),
+    max_upload: int | None = _limit("--max-upload", "Bytes of a code archive (100 MiB)."),
+    max_push: int | None = _limit("--max-push", "Bytes of a data set or image push (none)."),
+    rate_requests: int | None = _limit("--rate-limit-requests", "Requests/min per user (3000)."),
+    rate_submissions: int | None = _limit(
+        "--rate-limit-submissions", "Submissions/hour per user (1000)."
+    ),
+    rate_anonymous: int | None = _limit(
+        "--rate-limit-anonymous", "Requests/min per address without a token (600)."
+    ),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
-    certificates they got at `shoal agent join`."""
+    certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off."""
     from shoal.local.supervisor import port_in_use
     from shoal.server.app import make_server, prepare
     from shoal.server.ca import PkiFiles, server_hosts
@@ -164,6 +188,15 @@ def start(
         tls=True,
         scheduler=scheduler.value,
         default_runtime=default_runtime.value,
+    )
+    settings = _with_limits(
+        settings,
+        max_body_bytes=max_body,
+        max_upload_bytes=max_upload,
+        max_push_bytes=max_push,
+        rate_limit_requests_per_min=rate_requests,
+        rate_limit_submissions_per_hour=rate_submissions,
+        rate_limit_anonymous_per_min=rate_anonymous,
     )
     try:
         ctx = prepare(settings)

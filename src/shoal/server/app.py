@@ -19,6 +19,7 @@ from shoal import __version__
 from shoal.server.auth import ensure_token_file
 from shoal.server.ca import PkiFiles
 from shoal.server.context import ApiError, ServerContext
+from shoal.server.limits import RequestLimits, json_syntax_problem, unreadable_body
 from shoal.server.loop import SchedulerLoop
 from shoal.server.openpai import router as openpai_router
 from shoal.server.routers import (
@@ -104,6 +105,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.context = ctx
+    app.add_middleware(RequestLimits, ctx=ctx)  # body sizes and rates (docs/limits.md)
     app.include_router(jobs.router)  # first: submissions and job reads are the busiest routes
     app.include_router(system.router)
     app.include_router(nodes.router)
@@ -139,6 +141,16 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         problems = [
             {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
         ]
+        syntax = [m for m in map(json_syntax_problem, exc.errors()) if m]
+        if syntax:  # not JSON at all: a 400 saying where, not a field's validation error
+            return JSONResponse(
+                {
+                    "code": _bad_body_code(request, "InvalidJsonBody"),
+                    "message": syntax[0],
+                    "problems": problems,
+                },
+                status_code=400,
+            )
         message = "; ".join(f"{p['path']}: {p['message']}" for p in problems)
         return JSONResponse(
             {"code": "InvalidParametersError", "message": message, "problems": problems},
@@ -155,6 +167,8 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
             if exc.status_code in (404, 405)
             else str(exc.detail)
         )
+        if (unreadable := unreadable_body(exc.__cause__)) is not None:
+            code, message = _bad_body_code(request, unreadable[0]), unreadable[1]
         return JSONResponse(
             {"code": code, "message": message, "problems": []},
             status_code=exc.status_code,
@@ -181,6 +195,10 @@ def _answer_disk_full(
 
 def _openpai(request: Request) -> bool:
     return request.url.path.startswith("/api/v2/")
+
+
+def _bad_body_code(request: Request, code: str) -> str:
+    return "InvalidParametersError" if _openpai(request) else code  # OpenPAI's list of codes
 
 
 class ShoalServer(uvicorn.Server):

@@ -37,7 +37,16 @@ class ServerSettings:
     scheduler_interval_s: float = 2.0  # fallback wake-up; events wake the loop at once
     node_timeout_s: float = 30.0  # an agent silent this long loses its nodes
     kill_grace_s: float = 10.0  # SIGTERM, then SIGKILL after this long
-    max_upload_bytes: int = 100 * 1024 * 1024
+    max_upload_bytes: int = 100 * 1024 * 1024  # a code archive (PUT /api/v1/code)
+    # Request limits (docs/limits.md; 0 turns one off). Bodies: JSON and YAML (submissions,
+    # users, VCs...); data set and image pushes, streamed to disk (no limit but the disk).
+    max_body_bytes: int = 1024 * 1024
+    max_push_bytes: int = 0
+    # Rates per user (the admin, agents and nodes are not limited), per client address for
+    # callers without a valid credential; kept in the server process's memory.
+    rate_limit_requests_per_min: int = 3000
+    rate_limit_submissions_per_hour: int = 1000
+    rate_limit_anonymous_per_min: int = 600
     # A server on the network (`shoal server start`): HTTPS only with HOME/pki, agents join with
     # tokens and call with their node certificates. False: local mode, plain HTTP on loopback.
     tls: bool = False

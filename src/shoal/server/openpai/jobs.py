@@ -21,7 +21,6 @@ from shoal.server.services import jobs as job_service
 from shoal.server.services import restarts, submission
 
 router = APIRouter(prefix="/api/v2", tags=["openpai"])
-MAX_BODY = 1024 * 1024
 
 
 @router.post("/jobs", status_code=202)
@@ -29,9 +28,7 @@ async def submit(request: Request, ctx: Context, caller: Caller) -> dict[str, st
     """Submit an OpenPAI protocol YAML job (``Content-Type: text/yaml``). As in OpenPAI, a
     user's job name is taken for good: a name any earlier job had is refused (409)."""
     with answering(400, 403, 409):
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            raise ApiError(400, "InvalidParametersError", f"the job is over {MAX_BODY} bytes")
+        body = await request.body()  # over max_body_bytes: 413 before it is read (limits.py)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:

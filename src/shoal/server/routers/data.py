@@ -43,14 +43,10 @@ async def upload_code(
     sha256: str, request: Request, ctx: Context, caller: Caller
 ) -> CodeArchiveOut:
     """Upload a code archive (.tar.gz, streamed body) under its sha256. An archive with an unsafe
-    member (absolute path, '..', a link out of it, a device or FIFO) is refused, naming it."""
-    if ctx.settings.max_upload_bytes and request.headers.get("content-length", "").isdigit():
-        announced = int(request.headers["content-length"])
-        if announced > ctx.settings.max_upload_bytes:
-            raise ApiError(413, "CodeArchiveTooLarge", _too_large(announced, ctx))
-    received = await receive(
-        datasets.blob_store(ctx), request.stream(), sha256, ctx.settings.max_upload_bytes
-    )
+    member (absolute path, '..', a link out of it, a device or FIFO) is refused, naming it.
+    Over ``max_upload_bytes``: 413 before the body is read (limits.py)."""
+    limit = ctx.settings.max_upload_bytes or None
+    received = await receive(datasets.blob_store(ctx), request.stream(), sha256, limit)
     try:
         await run_in_threadpool(_check_and_keep_code, ctx, received)
     finally:
@@ -58,16 +54,9 @@ async def upload_code(
     return _code_archive(ctx, sha256)
 
 
-def _too_large(size: int, ctx: ServerContext) -> str:
-    return (
-        f"the code archive is {size} bytes; the server's limit is "
-        f"{ctx.settings.max_upload_bytes}: list big files in .shoalignore"
-    )
-
-
 def _check_and_keep_code(ctx: ServerContext, received: Received) -> None:
     try:
-        archives.check(received.path, max_unpacked=ctx.settings.max_upload_bytes * 20)
+        archives.check(received.path, max_unpacked=ctx.settings.max_upload_bytes * 20 or None)
     except archives.ArchiveError as exc:
         raise ApiError(400, "UnsafeArchive", f"the code archive is refused: {exc}") from None
     store = datasets.blob_store(ctx)
@@ -113,7 +102,8 @@ async def push_data(
     """Upload a data set (a file, or a directory as a tar) as a streamed body. It appears only
     once complete and matching ``sha256``; a cut-short upload leaves nothing."""
     await run_in_threadpool(datasets.check_push, ctx, caller, owner, name, replace)
-    received = await receive(datasets.blob_store(ctx), request.stream(), sha256, None)
+    limit = ctx.settings.max_push_bytes or None  # over it: 413 (limits.py)
+    received = await receive(datasets.blob_store(ctx), request.stream(), sha256, limit)
     try:
         row = await run_in_threadpool(datasets.publish, ctx, caller, name, kind, received, replace)
     finally:

@@ -51,7 +51,8 @@ async def push_image(
     tag: ``latest``). Pushing a name again moves it to the new image (its pusher or an admin).
     Jobs waiting for the image are queued."""
     normalised = await run_in_threadpool(images.check_push, ctx, caller, name)
-    received = await receive(blob_store(ctx), request.stream(), sha256, None)
+    limit = ctx.settings.max_push_bytes or None  # over it: 413 (limits.py)
+    received = await receive(blob_store(ctx), request.stream(), sha256, limit)
     try:
         pushed = await run_in_threadpool(images.publish, ctx, caller, normalised, received)
     finally:

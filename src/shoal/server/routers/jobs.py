@@ -13,6 +13,7 @@ from shoal.core.states import State
 from shoal.core.why import blocking_jobs
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
+from shoal.server.limits import SQL_INT_MAX
 from shoal.server.positions import position_of, positions_of
 from shoal.server.schemas import (
     ArrayOut,
@@ -120,7 +121,7 @@ def list_jobs(
         float | None, Query(description="Only jobs submitted at or after (epoch seconds).")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,
     q: Annotated[
         str | None, Query(max_length=200, description="Only jobs whose name or id contains this.")
     ] = None,
@@ -286,7 +287,7 @@ def get_logs(
     ctx: Context,
     caller: Caller,
     role: str | None = None,
-    index: Annotated[int, Query(ge=0)] = 0,
+    index: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,
     stream: Literal["stdout", "stderr"] = "stdout",
     offset: Annotated[int, Query(ge=0)] = 0,
     attempt: Annotated[int | None, Query(ge=1)] = None,

@@ -4,6 +4,7 @@ tails, ``since``, earlier attempts). ``/api/v1/jobs/{job}/logs`` (raw chunks) st
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
@@ -11,6 +12,7 @@ from sqlalchemy import select
 
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
+from shoal.server.limits import SQL_INT_MAX
 from shoal.server.schemas import LogLines
 from shoal.server.services import jobs as job_service
 from shoal.server.services.arrays import no_logs_of_a_parent
@@ -31,7 +33,7 @@ def get_log_lines(
     ] = None,
     previous: Annotated[bool, Query(description="The job attempt before the current.")] = False,
     role: str | None = None,
-    index: Annotated[int | None, Query(ge=0)] = None,
+    index: Annotated[int | None, Query(ge=0, le=SQL_INT_MAX)] = None,
     stream: Literal["stdout", "stderr"] | None = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="Last N lines.")] = None,
     since: Annotated[
@@ -71,7 +73,7 @@ def download_log(
     ctx: Context,
     caller: Caller,
     role: str,
-    index: Annotated[int, Query(ge=0)] = 0,
+    index: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,
     stream: Literal["stdout", "stderr"] = "stdout",
     attempt: Annotated[int | None, Query(ge=1, description="Task try (default: the last).")] = (
         None
@@ -100,6 +102,15 @@ def download_log(
         return Response(
             b"",
             media_type="text/plain",
-            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+            headers={"Content-Disposition": attachment(name)},
         )
     return FileResponse(path, media_type="text/plain; charset=utf-8", filename=name)
+
+
+def attachment(name: str) -> str:
+    """A Content-Disposition naming ``name`` as FileResponse writes it: anything but plain
+    characters (quotes, CR/LF, non-ASCII) percent-encoded, so no name can end the header."""
+    encoded = quote(name)
+    if encoded != name:
+        return f"attachment; filename*=utf-8''{encoded}"
+    return f'attachment; filename="{name}"'
