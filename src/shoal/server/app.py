@@ -106,25 +106,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     )
     app.state.context = ctx
     app.add_middleware(RequestLimits, ctx=ctx)  # body sizes and rates (docs/limits.md)
-    app.include_router(jobs.router)  # first: submissions and job reads are the busiest routes
-    app.include_router(system.router)
-    app.include_router(nodes.router)
-    app.include_router(log_routes.router)
-    app.include_router(agent.router)
-    app.include_router(vcs.router)
-    app.include_router(users.router)
-    app.include_router(openpai_router)
-    app.include_router(usage.router)
-    app.include_router(data.router)
-    app.include_router(images.router)
-    app.include_router(join.router)
-    app.include_router(metrics.router)
-    app.include_router(session.router)
-    app.include_router(stream.router)
-    app.include_router(web.router)
-    app.include_router(exec_routes.router)
-    app.include_router(audit_routes.router)
-    app.include_router(backup.router)
+    _include_routers(app)
     app.add_middleware(audit.RememberClient)  # the caller's address for the audit log
 
     @app.exception_handler(ApiError)
@@ -176,6 +158,32 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         )
 
     return app
+
+
+def _include_routers(app: FastAPI) -> None:
+    """Every route; submissions and job reads first, the busiest routes."""
+    for router in (
+        jobs.router,
+        system.router,
+        nodes.router,
+        log_routes.router,
+        agent.router,
+        vcs.router,
+        users.router,
+        openpai_router,
+        usage.router,
+        data.router,
+        images.router,
+        join.router,
+        metrics.router,
+        session.router,
+        stream.router,
+        web.router,
+        exec_routes.router,
+        audit_routes.router,
+        backup.router,
+    ):
+        app.include_router(router)
 
 
 def _answer_disk_full(
