@@ -19,6 +19,7 @@ from shoal.server.auth import ensure_token_file
 from shoal.server.ca import PkiFiles
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.loop import SchedulerLoop
+from shoal.server.openapi_errors import install as document_refusals
 from shoal.server.openpai import router as openpai_router
 from shoal.server.routers import (
     agent,
@@ -116,6 +117,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.include_router(stream.router)
     app.include_router(web.router)
     app.include_router(exec_routes.router)
+    document_refusals(app)  # /openapi.json: each route's 4xx with shoal's error body
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

@@ -140,7 +140,11 @@ def _event(job: Job, row: Event) -> dict[str, Any]:
     }
 
 
-@router.get("/jobs/{framework}/job-attempts/healthz")
+@router.get(
+    "/jobs/{framework}/job-attempts/healthz",
+    response_class=Response,  # 200 with an empty body, as OpenPAI answers: no content type
+    responses={200: {"description": "The job history is served", "content": {}}},
+)
 def job_attempts_healthz(framework: str, caller: Caller) -> Response:
     """OpenPAI's job-history service is up (shoal's history is its store: always)."""
     return Response(status_code=200)

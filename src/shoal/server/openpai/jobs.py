@@ -52,7 +52,7 @@ def list_jobs(
     tagsContain: str | None = None,
     tagsNotContain: str | None = None,
     order: str | None = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,  # SQLite integers are 64-bit
     limit: Annotated[int, Query(ge=1, le=50000)] = 5000,
     withTotalCount: bool = False,
 ) -> Any:

@@ -49,6 +49,8 @@ from shoal.store.models import Job, Task
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
+# SQLite integers are 64-bit: a larger offset was an OverflowError (a 500) in the query
+MAX_OFFSET = 2**62
 JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 # A summary needs none of these: a page of 10,000 jobs does not read their job files.
 _SUMMARY_ONLY = tuple(
@@ -120,7 +122,7 @@ def list_jobs(
         float | None, Query(description="Only jobs submitted at or after (epoch seconds).")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     q: Annotated[
         str | None, Query(max_length=200, description="Only jobs whose name or id contains this.")
     ] = None,
@@ -288,7 +290,7 @@ def get_logs(
     role: str | None = None,
     index: Annotated[int, Query(ge=0)] = 0,
     stream: Literal["stdout", "stderr"] = "stdout",
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     attempt: Annotated[int | None, Query(ge=1)] = None,
 ) -> LogChunk:
     """A chunk of one task's log from ``offset``; poll with ``nextOffset`` to follow."""
