@@ -13,7 +13,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, Field
+
+from shoal.server.schemas import ErrorBody
 
 DESCRIPTIONS = {
     400: "Invalid request: the message and problems name the field and the fix",
@@ -151,15 +152,6 @@ REFUSALS: dict[str, tuple[int, ...]] = {
     "GET /api/v2/virtual-clusters/{name}/sku-types": (400, 404),
     "GET /log-manager/{job_id}/{job_attempt}/{role}/{index}/{task_attempt}/{stream}": (403, 404),
 }
-
-
-class ErrorBody(BaseModel):
-    """Every refusal of shoal's: a stable code, a message naming the thing and the fix, and
-    the problems (a field path and a message each) when there are several."""
-
-    code: str
-    message: str
-    problems: list[dict[str, Any]] = Field(default_factory=list)
 
 
 def install(app: FastAPI) -> None:

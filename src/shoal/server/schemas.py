@@ -3,11 +3,14 @@ snapshot, which a test guards."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FormatName = Literal["auto", "native", "pai", "pai-v1", "maro"]
+# JSON's \u0000 and a lone \ud800 decode to text that cannot be stored, printed or exec'd
+_UNUSABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
 class ErrorBody(BaseModel):
@@ -66,6 +69,20 @@ class SubmitRequest(BaseModel):
         description="Refuse the job (404 ImageNotFound, nothing stored) if an image it needs has "
         "not been pushed, instead of accepting it to wait for the image (`--strict-images`).",
     )
+
+    @model_validator(mode="after")
+    def _usable_text(self) -> SubmitRequest:
+        """The job file's own are refused by its reader, naming the field; the rest here."""
+        for name, value in self:
+            texts = value.items() if isinstance(value, dict) else [(value, None)]
+            for key, item in texts:
+                if name != "spec" and any(
+                    isinstance(t, str) and _UNUSABLE.search(t) for t in (key, item)
+                ):
+                    raise ValueError(
+                        f"{name} holds a NUL character or a lone UTF-16 surrogate; remove it"
+                    )
+        return self
 
 
 class ProblemOut(BaseModel):

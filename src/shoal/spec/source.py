@@ -80,9 +80,9 @@ def parse_document(text: str) -> LoadedDocument:
     """Parse JSON (when the text starts with ``{``) or YAML, keeping a path-to-line map."""
     _refuse_surrogates(text)
     stripped = text.lstrip()
-    if stripped.startswith("{"):
-        return _parse_json(text)
-    return _parse_yaml(text)
+    document = _parse_json(text) if stripped.startswith("{") else _parse_yaml(text)
+    _check_strings(document)
+    return document
 
 
 def _refuse_surrogates(text: str) -> None:
@@ -103,6 +103,40 @@ def _refuse_surrogates(text: str) -> None:
             )
         ]
     )
+
+
+_BAD_CHARACTER = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _check_strings(document: LoadedDocument) -> None:
+    """Escapes write what the text may not hold: NUL (``\\0`` in YAML, ``\\u0000`` in JSON) and,
+    in JSON, lone surrogates (``\\ud800``). No name, command or value can carry either (exec and
+    the store refuse them), so each is refused at its field."""
+    problems: list[SpecProblem] = []
+    stack: list[tuple[object, str]] = [(document.data, "")]
+    while stack and len(problems) < 20:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            for key, child in value.items():
+                # the key itself may hold one: the path shows it escaped, printable and storable
+                shown = _BAD_CHARACTER.sub(lambda m: f"\\u{ord(m.group()):04x}", str(key))
+                child_path = join_path(path, shown)
+                stack.append((key, child_path))
+                stack.append((child, child_path))
+        elif isinstance(value, list):
+            stack.extend((child, join_path(path, index)) for index, child in enumerate(value))
+        elif isinstance(value, str) and (found := _BAD_CHARACTER.search(value)) is not None:
+            what = "a NUL character" if found.group() == "\x00" else "a lone UTF-16 surrogate"
+            problems.append(
+                SpecProblem(
+                    path,
+                    f"contains {what} (U+{ord(found.group()):04X})",
+                    "remove it: no name, command or value can hold one",
+                    document.line_of.get(path),
+                )
+            )
+    if problems:
+        raise SpecError(sorted(problems, key=lambda p: p.path))
 
 
 def _check_json_shape(text: str) -> None:
