@@ -36,7 +36,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.fuzz.conftest import EXAMPLES, Caller, FuzzServer
+from tests.fuzz.conftest import DERANDOMIZE, EXAMPLES, Caller, FuzzServer
 
 CHECKS = (
     not_a_server_error,
@@ -56,7 +56,7 @@ SETTINGS = hypothesis.settings(
     max_examples=EXAMPLES,
     deadline=None,
     database=None,
-    derandomize=True,  # the default run is the same every time; `make fuzz` explores
+    derandomize=DERANDOMIZE,
     phases=[Phase.explicit, Phase.generate],  # failures are collected, not shrunk
     suppress_health_check=list(HealthCheck),
 )
@@ -167,7 +167,7 @@ def fuzz_stateful(server: FuzzServer, caller: Caller, api: str) -> Findings:
             return None
 
     machine_settings = hypothesis.settings(
-        SETTINGS, max_examples=max(2, EXAMPLES // 2), stateful_step_count=10
+        SETTINGS, max_examples=max(3, EXAMPLES), stateful_step_count=10
     )
     Machine.run(settings=machine_settings)
     return findings

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import load_job_text
 from tests.conftest import SHARED
-from tests.fuzz.conftest import EXAMPLES
+from tests.fuzz.conftest import DERANDOMIZE, EXAMPLES
 from tests.fuzz.jobfiles import Answers, api, every_door
 
 __all__ = ["api"]
@@ -208,7 +208,20 @@ def mutated_files(draw: st.DrawFn) -> tuple[str, str, set[str]]:
     else:
         text = yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
     text = draw(_text_change(text))
-    return text, ".json" if as_json and text.lstrip().startswith("{") else ".yaml", fields
+    return (
+        text,
+        ".json" if as_json and text.lstrip().startswith("{") else ".yaml",
+        fields | _keys(text),
+    )
+
+
+def _keys(text: str) -> set[str]:
+    """The top-level keys of the text as it was sent (junk may have renamed one), if it parses."""
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return set()
+    return {str(key) for key in data} if isinstance(data, dict) else set()
 
 
 @st.composite
@@ -250,7 +263,7 @@ def test_mutated_job_files_get_clean_answers(api: TestClient, tmp_path: Path) ->
         max_examples=EXAMPLES * 15,
         deadline=None,
         database=None,
-        derandomize=True,  # the same files every default run; `make fuzz` explores
+        derandomize=DERANDOMIZE,
         phases=[Phase.explicit, Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )

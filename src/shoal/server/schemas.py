@@ -4,7 +4,7 @@ snapshot, which a test guards."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -13,13 +13,32 @@ FormatName = Literal["auto", "native", "pai", "pai-v1", "maro"]
 _UNUSABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
+class UsableText(BaseModel):
+    """A job request whose text besides the job file can be stored, printed and exec'd: no NUL
+    and no lone UTF-16 surrogate (JSON's \\u0000 and \\ud800 decode to them). The job file's
+    own are refused by its reader, naming the field."""
+
+    @model_validator(mode="after")
+    def _usable_text(self) -> Self:
+        for name, value in self:
+            texts = value.items() if isinstance(value, dict) else [(value, None)]
+            for key, item in texts:
+                if name != "spec" and any(
+                    isinstance(t, str) and _UNUSABLE.search(t) for t in (key, item)
+                ):
+                    raise ValueError(
+                        f"{name} holds a NUL character or a lone UTF-16 surrogate; remove it"
+                    )
+        return self
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str
     problems: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class SubmitRequest(BaseModel):
+class SubmitRequest(UsableText):
     model_config = ConfigDict(extra="forbid")
 
     spec: str = Field(description="The job file's text (any supported format).")
@@ -69,20 +88,6 @@ class SubmitRequest(BaseModel):
         description="Refuse the job (404 ImageNotFound, nothing stored) if an image it needs has "
         "not been pushed, instead of accepting it to wait for the image (`--strict-images`).",
     )
-
-    @model_validator(mode="after")
-    def _usable_text(self) -> SubmitRequest:
-        """The job file's own are refused by its reader, naming the field; the rest here."""
-        for name, value in self:
-            texts = value.items() if isinstance(value, dict) else [(value, None)]
-            for key, item in texts:
-                if name != "spec" and any(
-                    isinstance(t, str) and _UNUSABLE.search(t) for t in (key, item)
-                ):
-                    raise ValueError(
-                        f"{name} holds a NUL character or a lone UTF-16 surrogate; remove it"
-                    )
-        return self
 
 
 class ProblemOut(BaseModel):
@@ -232,7 +237,7 @@ class JobDetail(JobSummary):
     )
 
 
-class PlanRequest(BaseModel):
+class PlanRequest(UsableText):
     model_config = ConfigDict(extra="forbid")
 
     spec: str = Field(description="The job file's text (any supported format).")

@@ -288,10 +288,10 @@ def get_logs(
     ctx: Context,
     caller: Caller,
     role: str | None = None,
-    index: Annotated[int, Query(ge=0)] = 0,
+    index: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     stream: Literal["stdout", "stderr"] = "stdout",
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
+    attempt: Annotated[int | None, Query(ge=1, le=MAX_OFFSET)] = None,
 ) -> LogChunk:
     """A chunk of one task's log from ``offset``; poll with ``nextOffset`` to follow."""
     with ctx.db.read() as session:

@@ -31,7 +31,7 @@ def get_log_lines(
     ] = None,
     previous: Annotated[bool, Query(description="The job attempt before the current.")] = False,
     role: str | None = None,
-    index: Annotated[int | None, Query(ge=0)] = None,
+    index: Annotated[int | None, Query(ge=0, le=2**62)] = None,  # SQLite: 64-bit
     stream: Literal["stdout", "stderr"] | None = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="Last N lines.")] = None,
     since: Annotated[
@@ -71,11 +71,11 @@ def download_log(
     ctx: Context,
     caller: Caller,
     role: str,
-    index: Annotated[int, Query(ge=0)] = 0,
+    index: Annotated[int, Query(ge=0, le=2**62)] = 0,  # SQLite: 64-bit
     stream: Literal["stdout", "stderr"] = "stdout",
-    attempt: Annotated[int | None, Query(ge=1, description="Task try (default: the last).")] = (
-        None
-    ),
+    attempt: Annotated[
+        int | None, Query(ge=1, le=2**62, description="Task try (default: the last).")
+    ] = None,
 ) -> Response:
     """One task's whole log of the job's current attempt, as a file (also once the job ended)."""
     with ctx.db.read() as session:
