@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api crash clean
+.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api crash fuzz clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -135,6 +135,13 @@ test: lint $(TORCH_STAMP) system-deps containers web
 
 test-fast: lint
 	$(BIN)/python -m pytest -q tests/spec tests/core tests/cli tests/server
+
+# The fuzzers' long mode (docs/fuzzing.md): schemathesis over the API and Hypothesis-made job files
+# with 20x the examples of the default run, freshly drawn (about 10 minutes); every failure goes to
+# .fuzz-report.txt.
+fuzz: setup
+	rm -f .fuzz-report.txt
+	SHOAL_FUZZ_EXAMPLES=80 SHOAL_FUZZ_REPORT=.fuzz-report.txt $(BIN)/python -m pytest -q tests/fuzz
 
 # All benchmarks, one command: scheduler throughput, local launch, shoal against Slurm and Ray
 # side by side (bench/peers installs them), scheduling quality on the real traces, the CLI,

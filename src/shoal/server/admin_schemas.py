@@ -16,7 +16,7 @@ class AgingSetting(BaseModel):
     """Attained-service aging inside a VC (Tiresias' LAS): a job drops one priority step, within
     its class, each time the GPU-hours it has had cross a threshold (docs/scheduling.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     policy: Literal["las"] = Field("las", description="las: least attained service first.")
     thresholds_gpu_hours: list[float] = Field(
@@ -43,7 +43,8 @@ class AgingSetting(BaseModel):
 
 
 class VirtualClusterIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # 1e400 reads as inf: no amount of cores (it was an OverflowError, a 500)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     description: str = ""
     guarantee_cpu: float | None = Field(None, ge=0, description="None: cores are not limited.")
@@ -68,7 +69,7 @@ class VirtualClusterPatch(BaseModel):
     """The settings to change; a field left out stays as it is, an explicit null returns it
     to its default (not limited, no cap, open to everyone ...)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     description: str | None = None
     guarantee_cpu: float | None = Field(None, ge=0)

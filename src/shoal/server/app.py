@@ -21,6 +21,7 @@ from shoal.server.ca import PkiFiles
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.limits import RequestLimits, json_syntax_problem, unreadable_body
 from shoal.server.loop import SchedulerLoop
+from shoal.server.openapi_errors import install as document_refusals
 from shoal.server.openpai import router as openpai_router
 from shoal.server.routers import (
     agent,
@@ -108,6 +109,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     app.add_middleware(RequestLimits, ctx=ctx)  # body sizes and rates (docs/limits.md)
     _include_routers(app)
     app.add_middleware(audit.RememberClient)  # the caller's address for the audit log
+    document_refusals(app)  # /openapi.json: each route's 4xx with shoal's error body
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:

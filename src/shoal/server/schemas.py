@@ -3,11 +3,33 @@ snapshot, which a test guards."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FormatName = Literal["auto", "native", "pai", "pai-v1", "maro"]
+# JSON's \u0000 and a lone \ud800 decode to text that cannot be stored, printed or exec'd
+_UNUSABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+class UsableText(BaseModel):
+    """A job request whose text besides the job file can be stored, printed and exec'd: no NUL
+    and no lone UTF-16 surrogate (JSON's \\u0000 and \\ud800 decode to them). The job file's
+    own are refused by its reader, naming the field."""
+
+    @model_validator(mode="after")
+    def _usable_text(self) -> Self:
+        for name, value in self:
+            texts = value.items() if isinstance(value, dict) else [(value, None)]
+            for key, item in texts:
+                if name != "spec" and any(
+                    isinstance(t, str) and _UNUSABLE.search(t) for t in (key, item)
+                ):
+                    raise ValueError(
+                        f"{name} holds a NUL character or a lone UTF-16 surrogate; remove it"
+                    )
+        return self
 
 
 class ErrorBody(BaseModel):
@@ -16,7 +38,7 @@ class ErrorBody(BaseModel):
     problems: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class SubmitRequest(BaseModel):
+class SubmitRequest(UsableText):
     model_config = ConfigDict(extra="forbid")
 
     spec: str = Field(description="The job file's text (any supported format).")
@@ -215,7 +237,7 @@ class JobDetail(JobSummary):
     )
 
 
-class PlanRequest(BaseModel):
+class PlanRequest(UsableText):
     model_config = ConfigDict(extra="forbid")
 
     spec: str = Field(description="The job file's text (any supported format).")

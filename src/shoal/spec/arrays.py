@@ -90,7 +90,7 @@ def _item(text: str) -> range:
 
 
 def _cap(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # "²".isdigit(), but int("²") fails
         raise ArrayError(
             f"the cap %{text} is not a number", "write %N after the indices, e.g. 0-999%50"
         )

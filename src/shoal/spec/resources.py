@@ -24,7 +24,8 @@ class ResourceReader:
         if millis < 1 or millis > MAX_CPU_MILLIS:
             self.problems.error(
                 path,
-                f"must be between 0.001 and {MAX_CPU_MILLIS // 1000} cores, got {value!r}",
+                f"must be between 0.001 and {MAX_CPU_MILLIS // 1000} cores, "
+                f"got {units.shown(value)}",
                 "no node has that many cores" if millis > 0 else units.CPU_HINT,
             )
             return 1000
@@ -39,7 +40,8 @@ class ResourceReader:
         if mib < 1 or mib > MAX_MEMORY_MIB:
             self.problems.error(
                 path,
-                f"must be between 1 MiB and {MAX_MEMORY_MIB // (1024 * 1024)} TiB, got {value!r}",
+                f"must be between 1 MiB and {MAX_MEMORY_MIB // (1024 * 1024)} TiB, "
+                f"got {units.shown(value)}",
                 units.MEMORY_HINT,
             )
             return 1024
@@ -53,7 +55,9 @@ class ResourceReader:
             return None
         if seconds < 1 or seconds > MAX_RUNTIME_S:
             self.problems.error(
-                path, f"must be between 1 second and 365 days, got {value!r}", units.DURATION_HINT
+                path,
+                f"must be between 1 second and 365 days, got {units.shown(value)}",
+                units.DURATION_HINT,
             )
             return None
         return seconds

@@ -17,7 +17,7 @@ from typing import Any
 
 PAI_TOKEN = re.compile(r"<%\s*\$([A-Za-z_]\w*)((?:\.\w+|\[\d+\])*)\s*%>")
 NATIVE_TOKEN = re.compile(r"\{\{\s*([A-Za-z_]\w*)((?:\.\w+|\[\d+\])*)\s*\}\}")
-_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+_STEP = re.compile(r"\.(\w+)|\[(\d{1,9})\]")  # at most 9 digits: int() of 5,000 fails
 
 
 @dataclass(slots=True)
@@ -54,7 +54,12 @@ def _lookup(value: Any, rest: str) -> tuple[bool, Any]:
         if key is not None:
             if isinstance(value, Mapping) and key in value:
                 value = value[key]
-            elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            elif (
+                isinstance(value, list)
+                and key.isdecimal()
+                and len(key) <= 9
+                and int(key) < len(value)
+            ):
                 value = value[int(key)]
             else:
                 return False, None

@@ -9,14 +9,15 @@ shoal's job events become OpenPAI's (Kubernetes-style) events: ``reason`` is sho
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
+from shoal.server.limits import SQL_INT_MAX
 from shoal.server.openpai import logurls, views
 from shoal.server.openpai.errors import answering
 from shoal.server.openpai.lookup import find_job
@@ -39,9 +40,13 @@ def _task_attempts(session: Session, job: Job, attempt: int, role: str, index: i
     return list(session.scalars(query.order_by(Task.attempt)))
 
 
+# SQLite integers are 64-bit: a larger one in a query was an OverflowError (a 500)
+DbInt = Annotated[int, Path(ge=0, le=SQL_INT_MAX)]
+
+
 @router.get(TASK_PATH, response_model=None)
 def task_attempts(
-    framework: str, attempt: int, role: str, index: int, ctx: Context, caller: Caller
+    framework: str, attempt: DbInt, role: str, index: DbInt, ctx: Context, caller: Caller
 ) -> dict[str, Any]:
     """One task of one job attempt, with every attempt of the task (``TaskStatus``)."""
     with answering(404), ctx.db.read() as session:
@@ -80,10 +85,10 @@ def task_attempts(
 @router.get(TASK_PATH + "/{task_attempt}/logs", response_model=None)
 def task_logs(
     framework: str,
-    attempt: int,
+    attempt: DbInt,
     role: str,
-    index: int,
-    task_attempt: int,
+    index: DbInt,
+    task_attempt: DbInt,
     request: Request,
     ctx: Context,
     caller: Caller,
@@ -140,7 +145,11 @@ def _event(job: Job, row: Event) -> dict[str, Any]:
     }
 
 
-@router.get("/jobs/{framework}/job-attempts/healthz")
+@router.get(
+    "/jobs/{framework}/job-attempts/healthz",
+    response_class=Response,  # 200 with an empty body, as OpenPAI answers: no content type
+    responses={200: {"description": "The job history is served", "content": {}}},
+)
 def job_attempts_healthz(framework: str, caller: Caller) -> Response:
     """OpenPAI's job-history service is up (shoal's history is its store: always)."""
     return Response(status_code=200)
@@ -155,7 +164,7 @@ def job_attempts(framework: str, ctx: Context, caller: Caller) -> list[dict[str,
 
 
 @router.get("/jobs/{framework}/job-attempts/{attempt}", response_model=None)
-def job_attempt(framework: str, attempt: int, ctx: Context, caller: Caller) -> dict[str, Any]:
+def job_attempt(framework: str, attempt: DbInt, ctx: Context, caller: Caller) -> dict[str, Any]:
     with answering(404), ctx.db.read() as session:
         job = find_job(session, caller, framework)
         if not 0 <= attempt < job.attempt:

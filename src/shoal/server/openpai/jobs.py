@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
+from shoal.server.limits import SQL_INT_MAX
 from shoal.server.openpai import views
 from shoal.server.openpai.errors import answering
 from shoal.server.openpai.listing import listing_query, ordered
@@ -49,7 +50,7 @@ def list_jobs(
     tagsContain: str | None = None,
     tagsNotContain: str | None = None,
     order: str | None = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,  # SQLite integers are 64-bit
     limit: Annotated[int, Query(ge=1, le=50000)] = 5000,
     withTotalCount: bool = False,
 ) -> Any:

@@ -80,7 +80,8 @@ def read_log(
     """One stream of one task attempt, for the holder of a URL ``locations`` signed."""
     parts = (job_id, job_attempt, role, index, task_attempt, stream)
     wanted = _digest(ctx.settings.home, parts, expires)
-    if not hmac.compare_digest(wanted, token) or stream not in STREAMS:
+    # bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500)
+    if not hmac.compare_digest(wanted.encode(), token.encode()) or stream not in STREAMS:
         raise ApiError(403, "ForbiddenKeyError", "this log URL is not valid; ask for it again")
     if ctx.clock() > expires:
         raise ApiError(403, "ForbiddenKeyError", "this log URL has expired; ask for it again")

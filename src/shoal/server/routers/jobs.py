@@ -50,6 +50,7 @@ from shoal.store.models import Job, Task
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
+# SQLite integers are 64-bit: a larger offset was an OverflowError (a 500) in the query
 JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED")
 # A summary needs none of these: a page of 10,000 jobs does not read their job files.
 _SUMMARY_ONLY = tuple(
@@ -289,8 +290,8 @@ def get_logs(
     role: str | None = None,
     index: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,
     stream: Literal["stdout", "stderr"] = "stdout",
-    offset: Annotated[int, Query(ge=0)] = 0,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
+    offset: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,
+    attempt: Annotated[int | None, Query(ge=1, le=SQL_INT_MAX)] = None,
 ) -> LogChunk:
     """A chunk of one task's log from ``offset``; poll with ``nextOffset`` to follow."""
     with ctx.db.read() as session:

@@ -75,9 +75,9 @@ def download_log(
     role: str,
     index: Annotated[int, Query(ge=0, le=SQL_INT_MAX)] = 0,
     stream: Literal["stdout", "stderr"] = "stdout",
-    attempt: Annotated[int | None, Query(ge=1, description="Task try (default: the last).")] = (
-        None
-    ),
+    attempt: Annotated[
+        int | None, Query(ge=1, le=SQL_INT_MAX, description="Task try (default: the last).")
+    ] = None,
 ) -> Response:
     """One task's whole log of the job's current attempt, as a file (also once the job ended)."""
     with ctx.db.read() as session:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from shoal.server.admin_schemas import (
     ChangeResult,
@@ -20,6 +20,7 @@ from shoal.server.admin_schemas import (
     UserPatch,
 )
 from shoal.server.deps import Caller, Context
+from shoal.server.limits import SQL_INT_MAX
 from shoal.server.services import users
 
 router = APIRouter(tags=["users"])
@@ -83,5 +84,9 @@ def list_tokens(ctx: Context, caller: Caller) -> list[TokenOut]:
 
 
 @router.delete("/api/v1/tokens/{token_id}", status_code=204)
-def revoke_token(token_id: int, ctx: Context, caller: Caller) -> None:
+def revoke_token(
+    token_id: Annotated[int, Path(ge=0, le=SQL_INT_MAX)],  # SQLite integers are 64-bit
+    ctx: Context,
+    caller: Caller,
+) -> None:
     users.revoke_token(ctx, caller, token_id)

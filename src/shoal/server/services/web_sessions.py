@@ -29,7 +29,10 @@ def csrf_token(session_token: str) -> str:
 
 
 def csrf_matches(presented: str | None, session_token: str) -> bool:
-    return presented is not None and hmac.compare_digest(presented, csrf_token(session_token))
+    # bytes: compare_digest refuses str with non-ASCII characters (a header may carry them)
+    return presented is not None and hmac.compare_digest(
+        presented.encode(), csrf_token(session_token).encode()
+    )
 
 
 def sign_in_with_password(ctx: ServerContext, name: str, password: str) -> tuple[str, bool]:
