@@ -23,8 +23,11 @@ DESCRIPTIONS = {
     404: "No such thing, or not one the caller may see",
     409: "Conflicts with the current state",
     422: "Invalid parameters: the problems name each field",
+    413: "The body is over its size limit (docs/limits.md): the message names the setting",
     426: "The agent speaks another protocol version: upgrade it",
+    429: "Over the caller's rate limit (docs/limits.md): retry after Retry-After seconds",
     500: "OpenPAI's own answer for this case (its contract describes no other)",
+    507: "The disk under the server's home is full (docs/disk.md): nothing was written",
 }
 
 # Routes anyone may call (tests/server/test_api.py proves every other one answers 401).
@@ -66,6 +69,8 @@ REFUSALS: dict[str, tuple[int, ...]] = {
     "POST /api/v1/data/{owner}/{name}/share": (400, 403, 404),
     "POST /api/v1/data/{owner}/{name}/unshare": (400, 403, 404),
     "GET /api/v1/exec-sessions": (400, 403),
+    "GET /api/v1/audit": (403,),
+    "GET /api/v1/admin/backup": (403,),
     "DELETE /api/v1/images/{name}": (400, 403, 404, 409),
     # a name with a newline matches no route (the path convertor stops at it): Starlette's 404
     "PUT /api/v1/images/{name}": (400, 403, 404, 409),
@@ -189,6 +194,11 @@ def _document(label: str, operation: dict[str, Any]) -> None:
     statuses = set(REFUSALS.get(label, ()))
     if label not in PUBLIC:
         statuses.add(401)
+    statuses.add(429)  # every caller but admins and agents is rate-limited (docs/limits.md)
+    if "requestBody" in operation:
+        statuses.add(413)
+    if label.split(" ", 1)[0] in ("POST", "PUT", "PATCH", "DELETE"):
+        statuses.add(507)  # a write that met a full disk (docs/disk.md)
     if validation is not None:
         statuses.add(400 if label.split(" ", 1)[1].startswith("/api/v2/") else 422)
     for status in sorted(statuses):
