@@ -17,25 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from shoal.local.supervisor import UpOptions, stop_local
-from tests.crash.cluster import describe, kill_agent, loadavg, start_agent, task_processes
+from tests.crash.campaign import run_rounds
+from tests.crash.cluster import kill_agent, loadavg, start_agent
 from tests.crash.loadgen import Ack, Load, LoadConfig, median
 from tests.crash.marked import marked_jobs, read_marks
 from tests.crash.rounds import (
     AGENT_SUBMISSIONS,
     CLIENTS,
     ROUNDS,
-    SETTLE_S,
-    Figures,
     unexpected,
     wait_for_progress,
 )
 from tests.crash.store import (
     Snapshot,
     acknowledged_problems,
-    attempt_problems,
     coherence_problems,
     snapshot,
-    unfinished,
 )
 from tests.integration.conftest import LocalCluster, port_base, start_cluster
 
@@ -107,41 +104,11 @@ def one_round(
     return figures, result.acks, unanswered, problems
 
 
-def settle(cluster: LocalCluster, timeout_s: float) -> Snapshot:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        snap = snapshot(cluster.home, PREFIX)
-        left = unfinished(snap)
-        if not left:
-            return snap
-        assert time.monotonic() < deadline, f"{len(left)} jobs not final: {left[:10]}"
-        time.sleep(0.5)
-
-
 def test_kill_9_agent_rounds_under_load(tmp_path: Path) -> None:
     home, marker = tmp_path / "home", tmp_path / "marks"
     cluster = start_cluster(home)
-    token = (home / "admin.token").read_text().strip()
-    rng = random.Random(16)
-    figures = Figures("agent_kill_9")
-    acks: list[Ack] = []
-    unanswered: set[str] = set()
-    problems: list[str] = []
     try:
-        for number in range(ROUNDS):
-            round_figures, round_acks, round_unanswered, round_problems = one_round(
-                cluster, token, marker, number, rng
-            )
-            figures.rounds.append({**round_figures, "problems": round_problems[:20]})
-            acks += round_acks
-            unanswered |= round_unanswered
-            problems += [f"round {number}: {p}" for p in round_problems]
-        final = settle(cluster, SETTLE_S)
-        problems += acknowledged_problems(final, acks, unanswered)
-        problems += coherence_problems(final)
-        problems += attempt_problems(final, read_marks(marker))
-        time.sleep(1.0)
-        problems += [f"task process left: {p}" for p in describe(task_processes(home))]
+        campaign, final = run_rounds(cluster, marker, PREFIX, one_round, 16, "agent_kill_9")
         states: dict[str, int] = {}
         for task in final.tasks:
             code = "" if task.state == "SUCCEEDED" else f" exit {task.exit_code}"
@@ -149,15 +116,15 @@ def test_kill_9_agent_rounds_under_load(tmp_path: Path) -> None:
     finally:
         cluster.client.close()
         stop_local(home, grace_s=10)
-    figures.overall = {
+    campaign.figures.overall = {
         "rounds": ROUNDS,
-        "acknowledged": len(acks),
+        "acknowledged": len(campaign.acks),
         "tasks_by_state": states,
-        "launches_in_flight_at_kills": sum(r["at_kill_launching"] for r in figures.rounds),
-        "exits_in_flight_at_kills": sum(r["at_kill_exiting"] for r in figures.rounds),
-        "running_at_kills": sum(r["at_kill_running"] for r in figures.rounds),
-        "per_second_median": median([r["per_second"] for r in figures.rounds]),
-        "problems": len(problems),
+        "launches_in_flight_at_kills": sum(r["at_kill_launching"] for r in campaign.figures.rounds),
+        "exits_in_flight_at_kills": sum(r["at_kill_exiting"] for r in campaign.figures.rounds),
+        "running_at_kills": sum(r["at_kill_running"] for r in campaign.figures.rounds),
+        "per_second_median": median([r["per_second"] for r in campaign.figures.rounds]),
+        "problems": len(campaign.problems),
     }
-    figures.save()
-    assert not problems, "\n".join(problems[:40])
+    campaign.figures.save()
+    assert not campaign.problems, "\n".join(campaign.problems[:40])

@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from shoal.local.supervisor import stop_local
-from tests.crash.cluster import crash_and_restart, describe, loadavg, task_processes
+from tests.crash.campaign import run_rounds
+from tests.crash.cluster import crash_and_restart, loadavg
 from tests.crash.loadgen import Ack, Load, LoadConfig, median
-from tests.crash.marked import marked_jobs, read_marks
+from tests.crash.marked import marked_jobs
 from tests.crash.rounds import (
     CLIENTS,
     ROUNDS,
     SERVER_SUBMISSIONS,
-    SETTLE_S,
-    Figures,
     Window,
     unexpected,
     wait_for_progress,
@@ -31,10 +30,8 @@ from tests.crash.rounds import (
 from tests.crash.store import (
     Snapshot,
     acknowledged_problems,
-    attempt_problems,
     coherence_problems,
     snapshot,
-    unfinished,
 )
 from tests.integration.conftest import LocalCluster, start_cluster
 
@@ -111,54 +108,24 @@ def one_round(
     return figures, result.acks, unanswered, problems
 
 
-def settle(cluster: LocalCluster, prefix: str, timeout_s: float) -> Snapshot:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        snap = snapshot(cluster.home, prefix)
-        left = unfinished(snap)
-        if not left:
-            return snap
-        assert time.monotonic() < deadline, f"{len(left)} jobs not final: {left[:10]}"
-        time.sleep(0.5)
-
-
 def test_kill_9_server_rounds_under_load(tmp_path: Path) -> None:
     home, marker = tmp_path / "home", tmp_path / "marks"
     cluster = start_cluster(home)
-    token = (home / "admin.token").read_text().strip()
-    rng = random.Random(15)
-    figures = Figures("server_kill_9")
-    acks: list[Ack] = []
-    unanswered: set[str] = set()
-    problems: list[str] = []
     try:
-        for number in range(ROUNDS):
-            round_figures, round_acks, round_unanswered, round_problems = one_round(
-                cluster, token, marker, number, rng
-            )
-            figures.rounds.append({**round_figures, "problems": round_problems[:20]})
-            acks += round_acks
-            unanswered |= round_unanswered
-            problems += [f"round {number}: {p}" for p in round_problems]
-        final = settle(cluster, PREFIX, SETTLE_S)
-        problems += acknowledged_problems(final, acks, unanswered)
-        problems += coherence_problems(final)
-        problems += attempt_problems(final, read_marks(marker))
-        time.sleep(1.0)
-        problems += [f"task process left: {p}" for p in describe(task_processes(home))]
+        campaign, final = run_rounds(cluster, marker, PREFIX, one_round, 15, "server_kill_9")
     finally:
         cluster.client.close()
         stop_local(home, grace_s=10)
-    recoveries = [r["recovery_list_s"] for r in figures.rounds]
-    figures.overall = {
+    recoveries = [r["recovery_list_s"] for r in campaign.figures.rounds]
+    campaign.figures.overall = {
         "rounds": ROUNDS,
-        "acknowledged": len(acks),
+        "acknowledged": len(campaign.acks),
         "jobs_stored": len(final.jobs),
         "recovery_list_max_s": max(recoveries),
         "recovery_list_median_s": round(median(recoveries), 2),
-        "per_second_median": median([r["per_second"] for r in figures.rounds]),
-        "p99_ms_max": max((r["p99_ms"] or 0.0) for r in figures.rounds),
-        "problems": len(problems),
+        "per_second_median": median([r["per_second"] for r in campaign.figures.rounds]),
+        "p99_ms_max": max((r["p99_ms"] or 0.0) for r in campaign.figures.rounds),
+        "problems": len(campaign.problems),
     }
-    figures.save()
-    assert not problems, "\n".join(problems[:40])
+    campaign.figures.save()
+    assert not campaign.problems, "\n".join(campaign.problems[:40])

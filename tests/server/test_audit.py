@@ -10,14 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from fastapi.testclient import TestClient
 
 from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
 from shoal.server.settings import ServerSettings
-from shoal.store.db import MIGRATIONS, Database, sqlite_url
+from tests.server.migrations import MigrationSteps
 from tests.server.test_exec_sessions import refusal, running_job
 
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    command: sleep 100\n"
@@ -189,24 +187,12 @@ def test_no_secret_is_ever_written_to_the_log(api: TestClient, home: Path) -> No
 
 
 def test_migration_0023_adds_and_drops_the_audit_table(tmp_path: Path) -> None:
-    db = Database(sqlite_url(tmp_path))
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-
-    def migrate(step: str, revision: str) -> None:
-        with db.engine.begin() as connection:
-            config.attributes["connection"] = connection
-            getattr(command, step)(config, revision)
-
-    def tables() -> set[str]:
-        with sqlite3.connect(tmp_path / "shoal.db") as raw:
-            return {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-    migrate("upgrade", "0023")
-    assert "audit_events" in tables()
-    migrate("downgrade", "0022")
-    assert "audit_events" not in tables() and "exec_sessions" in tables()
-    db.dispose()
+    store = MigrationSteps(tmp_path)
+    store.migrate("upgrade", "0023")
+    assert "audit_events" in store.tables()
+    store.migrate("downgrade", "0022")
+    assert "audit_events" not in store.tables() and "exec_sessions" in store.tables()
+    store.close()
 
 
 def test_a_backup_is_recorded(api: TestClient) -> None:

@@ -6,15 +6,12 @@ code and error frame, an agent that does not attach, an agent of another node, t
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
@@ -27,8 +24,8 @@ from shoal.server.loop import run_cycle
 from shoal.server.routers import exec as exec_routes
 from shoal.server.services.exec_sessions import check_attach
 from shoal.server.settings import ServerSettings
-from shoal.store.db import MIGRATIONS, Database, sqlite_url
 from shoal.store.models import ExecSessionRow
+from tests.server.migrations import MigrationSteps
 from tests.server.test_api import agent_headers
 from tests.server.test_fencing import orders, report, running, submit, task_row
 
@@ -340,21 +337,9 @@ def test_an_old_agent_reads_orders_without_exec_sessions() -> None:
 
 
 def test_migration_0022_adds_and_drops_the_audit_table(tmp_path: Path) -> None:
-    db = Database(sqlite_url(tmp_path))
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-
-    def migrate(step: str, revision: str) -> None:
-        with db.engine.begin() as connection:
-            config.attributes["connection"] = connection
-            getattr(command, step)(config, revision)
-
-    def tables() -> set[str]:
-        with sqlite3.connect(tmp_path / "shoal.db") as raw:
-            return {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-    migrate("upgrade", "0022")
-    assert "exec_sessions" in tables()
-    migrate("downgrade", "0021")
-    assert "exec_sessions" not in tables() and "jobs" in tables()
-    db.dispose()
+    store = MigrationSteps(tmp_path)
+    store.migrate("upgrade", "0022")
+    assert "exec_sessions" in store.tables()
+    store.migrate("downgrade", "0021")
+    assert "exec_sessions" not in store.tables() and "jobs" in store.tables()
+    store.close()
