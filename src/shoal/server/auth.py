@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from shoal.store.db import Database
 from shoal.store.models import NodeCertRow, Token, User
@@ -152,6 +153,15 @@ def cached_principal(db: Database, token: str, now: float) -> tuple[bool, Princi
     if known.principal is None or (known.expires_at is not None and known.expires_at <= now):
         return True, None
     return True, known.principal
+
+
+async def look_up_token(db: Database, token: str, now: float) -> Principal | None:
+    """The token's principal (None: unknown, revoked or expired) for an async caller: from the
+    cache on the event loop, else looked up in a worker thread (``authenticate``)."""
+    known, principal = cached_principal(db, token, now)
+    if known:
+        return principal
+    return await run_in_threadpool(authenticate, db, token, now)
 
 
 def authenticate(db: Database, token: str, now: float) -> Principal | None:

@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from shoal.server.auth import Principal, authenticate, cached_principal
+from shoal.server.auth import Principal, look_up_token
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.node_auth import FORBIDDEN_NODE, authenticate_node
 from shoal.server.services import audit
@@ -75,10 +75,7 @@ async def get_principal(
 
 async def principal_of_token(ctx: ServerContext, token: str, session: bool = False) -> Principal:
     """The principal a token (or a session cookie's token) stands for; 401 if there is none."""
-    now = ctx.clock()
-    known, principal = cached_principal(ctx.db, token, now)
-    if not known:
-        principal = await run_in_threadpool(authenticate, ctx.db, token, now)
+    principal = await look_up_token(ctx.db, token, ctx.clock())
     if principal is None:
         message = (
             "the dashboard session has ended (signed out or expired): sign in again"

@@ -20,13 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shoal.server.auth import Principal, authenticate, cached_principal
+from shoal.server.auth import Principal, look_up_token
 from shoal.server.context import ServerContext
 from shoal.server.rate_limits import RateLimits, Refusal
 from shoal.server.services.web_sessions import SESSION_COOKIE
@@ -123,10 +122,7 @@ class RequestLimits:
             return Principal(user="", is_admin=False, kind="node")
         token = _credential(scope)
         if token and (self.rates.enabled or path.startswith(AGENT_PREFIX)):
-            db, now = self.ctx.db, self.ctx.clock()
-            known, principal = cached_principal(db, token, now)
-            if not known:
-                principal = await run_in_threadpool(authenticate, db, token, now)
+            principal = await look_up_token(self.ctx.db, token, self.ctx.clock())
             if principal is not None:
                 return principal
         client = scope.get("client")

@@ -16,6 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from shoal import archives
 from shoal.server.context import ApiError
 from shoal.server.settings import ServerSettings
 
@@ -51,12 +52,13 @@ def require_room(settings: ServerSettings) -> None:
 
 
 def full_message(found: Space) -> str:
-    reserve = f", below the {human_size(found.reserve)} shoal keeps free for its database"
+    reserve = f", below the {archives.human(found.reserve)} shoal keeps free for its database"
     reserve = reserve if found.low else ""
     return (
-        f"the disk holding {found.path} is full: {human_size(found.free)} free of "
-        f"{human_size(found.total)}{reserve}; nothing was stored. Free space on it (finished jobs' "
-        f"logs under {found.path / 'logs'}, data sets no job needs) or grow it, then try again"
+        f"the disk holding {found.path} is full: {archives.human(found.free)} free of "
+        f"{archives.human(found.total)}{reserve}; nothing was stored. Free space on it "
+        f"(finished jobs' logs under {found.path / 'logs'}, data sets no job needs) or grow "
+        "it, then try again"
     )
 
 
@@ -81,14 +83,3 @@ def disk_full_answer(settings: ServerSettings, exc: BaseException) -> ApiError |
     except OSError:
         message = f"the disk holding {settings.home} is full; nothing was stored"
     return ApiError(507, CODE, message)
-
-
-def human_size(count: int) -> str:
-    if count < 1024:
-        return f"{count} B"
-    value, unit = float(count) / 1024, "KiB"
-    for bigger in ("MiB", "GiB", "TiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, bigger
-    return f"{value:.1f} {unit}"

@@ -18,8 +18,9 @@ import contextlib
 import os
 from pathlib import Path
 
+from shoal import archives
 from shoal.server.services.log_files import record_time
-from shoal.server.storage import Space, human_size, is_disk_full
+from shoal.server.storage import Space, is_disk_full
 
 MARKER_PREFIX = b"[shoal: log paused: "
 TAIL_CHECK = 1024  # bytes read from the end to find a marker already there
@@ -39,15 +40,15 @@ def read_shift(path: Path) -> int:
 
 def marker(found: Space) -> bytes:
     reason = (
-        f"below the {human_size(found.reserve)} shoal keeps free"
+        f"below the {archives.human(found.reserve)} shoal keeps free"
         if found.reserve and found.low
         else "out of space"
     )
     return (
         MARKER_PREFIX
         + (
-            f"the disk under {found.path} is full ({human_size(found.free)} free, {reason}); the "
-            f"agent keeps the output and it follows here once space returns]\n"
+            f"the disk under {found.path} is full ({archives.human(found.free)} free, "
+            f"{reason}); the agent keeps the output and it follows here once space returns]\n"
         ).encode()
     )
 
