@@ -31,16 +31,12 @@ from launch import machine, percentile, replace_region  # bench/launch.py, besid
 from shoal.local.supervisor import UpOptions, start_local, stop_local
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.browser.chromium: the browser as the tests launch it
 DOC = ROOT / "docs" / "benchmarks.md"
+
+from tests.browser import chromium  # noqa: E402
+
 BEGIN, END = "<!-- dashboard:begin -->", "<!-- dashboard:end -->"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 JOB = (
     "version: 1\nname: d{n}\nroles:\n  w:\n"
     "    resources: {{cpu: 1, memory: 64Mi}}\n    command: sleep 3600\n"
@@ -116,9 +112,7 @@ def run(jobs: int, nodes: int, pages: int, seconds: int, renders: int) -> dict[s
                     ).json()
                 ]
                 with sync_playwright() as driver:
-                    browser = driver.chromium.launch(
-                        executable_path="/usr/bin/chromium", args=FLAGS
-                    )
+                    browser = chromium.launch(driver)
                     overview = [
                         first_render(
                             browser, info.url, cookie, "overview", "[data-testid=jobs-by-state]"

@@ -18,15 +18,10 @@ from playwright.sync_api import Page, sync_playwright
 from shoal.local.supervisor import UpOptions, start_local, stop_local
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.browser.chromium: the browser as the tests launch it
 OUT = ROOT / "docs" / "img"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+
+from tests.browser import chromium  # noqa: E402
 
 LEARNER = """\
 version: 1
@@ -104,7 +99,7 @@ def main() -> int:
                 running = _seed(client)
                 time.sleep(35)  # closed 10 s buckets: points for the charts
             with sync_playwright() as driver:
-                browser = driver.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+                browser = chromium.launch(driver)
                 page = browser.new_page(viewport={"width": 1280, "height": 860})
                 page.goto(info.url + "/")
                 page.locator("input[name=token]").wait_for()

@@ -21,17 +21,9 @@ import pytest
 
 from shoal.local.supervisor import stop_local
 from shoal.server.routers.web import DIST
+from tests.browser.chromium import CHROMIUM, launch
 from tests.integration.conftest import LocalCluster, start_cluster
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = Path(
     os.environ.get("SHOAL_TEST_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts")
 )
@@ -70,7 +62,7 @@ def api(ui_cluster: LocalCluster, admin_token: str) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     with playwright_api.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        launched = launch(driver)
         try:
             yield launched
         finally:
