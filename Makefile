@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps containers wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api crash fuzz clean
+.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api crash fuzz clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -33,7 +33,7 @@ $(RUN_STAMP): pyproject.toml
 
 # The lint, type-check and test tools, and matplotlib for `shoal sim --report`, on top.
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster,kubernetes]'
 	touch $(STAMP)
 
 setup-runtime: $(RUN_STAMP)
@@ -102,6 +102,14 @@ system-deps:
 containers:
 	@scripts/containers-setup.sh
 
+# The Kubernetes the Kubernetes tests run against (docs/kubernetes.md): etcd, kube-apiserver,
+# controller-manager, scheduler, kubelet, kubectl and kwok built from the Go module proxy, cached
+# in ~/.cache/shoal/k8s (about 10 CPU-minutes cold, seconds after); containerd and the CNI plugins
+# for the real node, and the sysctls a kubelet wants, set here rather than by the kubelet.
+k8s:
+	@scripts/k8s-build.sh
+	@scripts/k8s-node-setup.sh
+
 $(TORCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) \
 		|| echo "torch==$(TORCH_VERSION) could not be installed: the DDP example test will be skipped"
@@ -130,7 +138,7 @@ format: setup
 	$(BIN)/ruff format src tests bench
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
-test: lint $(TORCH_STAMP) system-deps containers web
+test: lint $(TORCH_STAMP) system-deps containers k8s web
 	$(BIN)/python -m pytest -q -n 2
 
 test-fast: lint

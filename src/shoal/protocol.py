@@ -145,6 +145,17 @@ class AgentNode(BaseModel):
         "'memory', 'cpu', 'pids', 'shm'. None: an agent that does not say (keep those stored).",
     )
     metrics: NodeMetrics | None = Field(None, description="None: an agent that does not sample.")
+    ready: bool = Field(
+        True,
+        description="False: the platform running the node says it is not ready (a Kubernetes "
+        "Node's Ready condition). The node is NOT_READY, but its tasks are not lost: the agent "
+        "says when each ends.",
+    )
+    platform_hold: str | None = Field(
+        None,
+        description="Why the platform keeps new tasks off the node (a cordoned Kubernetes Node, "
+        "a NoSchedule taint); None: it does not.",
+    )
 
 
 class RunningReport(BaseModel):
@@ -184,6 +195,19 @@ class ExitReport(BaseModel):
         False, description="The memory limit's OOM killer ended the task's command."
     )
     oom_kills: int = Field(0, description="Processes of the task the OOM killer ended.")
+    lost: bool = Field(
+        False,
+        description="The platform ended it, not its command: an evicted Pod, a Pod deleted "
+        "by someone else, a removed node (a platform failure, retried).",
+    )
+    lost_reason: str | None = Field(None, description="What the platform said, for the user.")
+
+
+# How an agent's tasks are kept from running twice (docs/cluster.md, docs/kubernetes.md).
+# "lease": each task's keeper stops it once the agent's lease runs out, so a silent agent's
+# tasks are lost after the node timeout. "confirmed": nothing stops them on the agent's silence
+# (Kubernetes Pods): the server never declares them lost; they end when the agent says so.
+Fencing = Literal["lease", "confirmed"]
 
 
 class ReportRequest(BaseModel):
@@ -192,6 +216,7 @@ class ReportRequest(BaseModel):
     running: list[RunningReport] = Field(default_factory=list)
     exited: list[ExitReport] = Field(default_factory=list)
     agent_version: str | None = Field(None, description="The shoal version the agent runs.")
+    fencing: Fencing = Field("lease", description="How this agent's tasks are fenced.")
 
 
 class ReportResponse(BaseModel):
@@ -285,6 +310,11 @@ class LaunchOrder(BaseModel):
     epoch: int = Field(description="The node's epoch: it rises each time the node goes NOT_READY.")
     runtime: Literal["process", "container"] = "process"
     image: ImageRef | None = Field(None, description="The image of a container task.")
+    image_name: str | None = Field(
+        None,
+        description="The role's image as the job file names it, whatever its runtime; what a "
+        "Kubernetes Pod runs (None: the agent's default image).",
+    )
     limits: TaskLimits | None = Field(None, description="None: an order from an older server.")
 
 

@@ -22,6 +22,12 @@ from shoal.cli.common import (
     emit,
     fail,
 )
+from shoal.cli.kubernetes_commands import (
+    KubernetesArgs,
+    kubeconfig_option,
+    namespace_option,
+)
+from shoal.cli.kubernetes_commands import options as k8s_options
 from shoal.cli.render import console, err_console, new_table
 from shoal.client import ShoalError
 from shoal.paths import DEFAULT_PORT, default_home
@@ -91,8 +97,16 @@ def up(
     port_base: int = typer.Option(
         20000, "--port-base", min=1024, max=64000, help="First task port (1,000 per node)."
     ),
+    kubernetes: bool = typer.Option(
+        False,
+        "--kubernetes",
+        help="Nodes from a Kubernetes cluster instead of simulated ones: jobs run as Pods.",
+    ),
+    kubeconfig: str | None = kubeconfig_option(),
+    namespace: str = namespace_option(),
 ) -> None:
-    """Start a local cluster: a server and an agent running N simulated nodes."""
+    """Start a local cluster: a server and an agent running N simulated nodes (or, with
+    --kubernetes, the nodes of a Kubernetes cluster)."""
     from shoal.client import ShoalClient
     from shoal.local.supervisor import UpOptions, read_run, start_local, stop_local
 
@@ -101,8 +115,16 @@ def up(
     if running is not None and ShoalClient(running.url, None, timeout=5.0).health():
         console.print(f"shoal is already running at {running.url} (stop it with `shoal down`)")
         return
+    k8s_argv: tuple[str, ...] | None = None
+    if kubernetes:
+        args = KubernetesArgs(kubeconfig=kubeconfig, namespace=namespace)
+        k8s_options(args)  # a typo in an option is said here, before anything starts
+        k8s_argv = tuple(args.argv())
+    elif kubeconfig is not None or namespace != "default":
+        raise fail("--kubeconfig and --namespace go with --kubernetes")
     options = UpOptions(
         home=home,
+        kubernetes=k8s_argv,
         port=choose_port(port),
         nodes=nodes,
         cpus=cpus,
@@ -118,7 +140,8 @@ def up(
         except RuntimeError as exc:
             stop_local(home)
             raise fail(str(exc)) from None
-    console.print(f"shoal is up at [bold]{info.url}[/] with {nodes} node(s); state in {home}")
+    where = f"{info.nodes} Kubernetes node(s)" if kubernetes else f"{nodes} node(s)"
+    console.print(f"shoal is up at [bold]{info.url}[/] with {where}; state in {home}")
     console.print(f"admin token: {home / 'admin.token'} (mode 0600)")
     _note_other_target(home)
     if foreground:
@@ -293,6 +316,7 @@ def server(
     kill_grace: float = typer.Option(10.0, "--kill-grace", min=0),
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5),
     scheduler: SchedulerPlace = SCHEDULER_OPTION,
+    kubernetes: bool = False,
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
@@ -305,6 +329,7 @@ def server(
         kill_grace_s=kill_grace,
         node_timeout_s=node_timeout,
         scheduler=scheduler.value,
+        kubernetes=kubernetes,
     )
     try:
         ctx = prepare(settings)

@@ -16,6 +16,7 @@ from shoal.cli import (
     cluster_ssh_commands,
     job_remote,
     job_views,
+    kubernetes_commands,
     log_commands,
     node_join_commands,
     node_show_command,
@@ -65,6 +66,7 @@ app.command()(sim_command.sim)
 app.command()(usage_command.usage)
 app.add_typer(server_commands.server_app, name="server")
 app.add_typer(agent_commands.agent_app, name="agent")
+app.add_typer(kubernetes_commands.kubernetes_app, name="kubernetes")
 app.add_typer(admin_commands.admin_app, name="admin")
 assert job_remote  # registers `job submit|stop`
 assert job_views  # registers `job list|status|describe|why|events`

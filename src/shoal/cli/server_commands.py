@@ -50,13 +50,14 @@ def local_server(
     kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, hidden=True),
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5, hidden=True),
     scheduler: SchedulerPlace = typer.Option(SchedulerPlace.PROCESS, "--scheduler", hidden=True),
+    kubernetes: bool = typer.Option(False, "--kubernetes", hidden=True),
 ) -> None:
     """With no subcommand: the local-mode server in the foreground (what `shoal up` starts)."""
     if ctx.invoked_subcommand is not None:
         return
     from shoal.cli.cluster_commands import server
 
-    server(home, host, port, kill_grace, node_timeout, scheduler)
+    server(home, host, port, kill_grace, node_timeout, scheduler, kubernetes)
 
 
 @server_app.command("init")

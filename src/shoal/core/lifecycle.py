@@ -54,6 +54,7 @@ class ProcessExit:
     timed_out: bool = False
     launch_error: str | None = None
     lost: bool = False
+    lost_reason: str | None = None  # what the platform said (an evicted Pod, a removed node)
     agent_shutdown: bool = False
     fenced: bool = False  # its agent stopped it: no report acknowledged within the lease
     oom_killed: bool = False  # the memory limit's OOM killer ended the task's command
@@ -106,11 +107,14 @@ def task_state_for(exit_class: ExitClass) -> State:
     }.get(exit_class, State.FAILED)
 
 
+LOST = "the node or agent running it was lost"
+
+
 def _task_diagnostics(result: ProcessExit, exit_class: ExitClass) -> str:
     if result.launch_error:
         return f"could not launch: {result.launch_error}"
     if result.lost:
-        return "the node or agent running it was lost"
+        return f"lost: {result.lost_reason}" if result.lost_reason else LOST
     if result.fenced:
         return (
             "its agent stopped it: the server acknowledged none of the agent's reports within "

@@ -32,15 +32,20 @@ class Hold(StrEnum):
 class NodeEvent(StrEnum):
     HEARTBEATS_MISSED = "heartbeats_missed"  # silent longer than the node timeout
     CAME_BACK = "came_back"  # a NOT_READY node's agent reported again
+    # the platform running the node says it is not ready (a Kubernetes Node's Ready condition)
+    PLATFORM_NOT_READY = "platform_not_ready"
     CORDON = "cordon"
     DRAIN = "drain"
     UNCORDON = "uncordon"
 
 
-LIVENESS_EVENTS = frozenset({NodeEvent.HEARTBEATS_MISSED, NodeEvent.CAME_BACK})
+LIVENESS_EVENTS = frozenset(
+    {NodeEvent.HEARTBEATS_MISSED, NodeEvent.CAME_BACK, NodeEvent.PLATFORM_NOT_READY}
+)
 
 LIVENESS_TRANSITIONS: dict[tuple[Liveness, NodeEvent], Liveness] = {
     (Liveness.READY, NodeEvent.HEARTBEATS_MISSED): Liveness.NOT_READY,
+    (Liveness.READY, NodeEvent.PLATFORM_NOT_READY): Liveness.NOT_READY,
     (Liveness.NOT_READY, NodeEvent.CAME_BACK): Liveness.READY,
 }
 
@@ -60,6 +65,7 @@ _ALREADY: dict[tuple[StrEnum, NodeEvent], str] = {
     (Hold.DRAINING, NodeEvent.DRAIN): "is already draining",
     (Hold.NONE, NodeEvent.UNCORDON): "is neither cordoned nor draining",
     (Liveness.NOT_READY, NodeEvent.HEARTBEATS_MISSED): "is already NOT_READY",
+    (Liveness.NOT_READY, NodeEvent.PLATFORM_NOT_READY): "is already NOT_READY",
     (Liveness.READY, NodeEvent.CAME_BACK): "is already READY",
 }
 

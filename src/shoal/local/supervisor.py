@@ -37,6 +37,8 @@ class UpOptions:
     kill_grace_s: float = 10.0
     port_base: int = 20000  # task ports: 1,000 per simulated node from here
     node_timeout_s: float = 30.0
+    # ``shoal kubernetes agent`` options: the nodes are a Kubernetes cluster's (None: simulated)
+    kubernetes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,9 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
     if port_in_use(options.host, port):
         raise RuntimeError(f"port {port} on {options.host} is in use; pick another with --port")
     url = f"http://{options.host}:{port}"
-    prepare(ServerSettings(home=home, host=options.host, port=port)).db.dispose()
+    kubernetes = options.kubernetes is not None
+    settings = ServerSettings(home=home, host=options.host, port=port, kubernetes=kubernetes)
+    prepare(settings).db.dispose()
     server_args = [
         "server",
         "--home",
@@ -112,6 +116,7 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
         str(options.kill_grace_s),
         "--node-timeout",
         str(options.node_timeout_s),
+        *(["--kubernetes"] if kubernetes else []),
     ]
     server = _spawn(server_args, home / "server.log")
     agent = _spawn(_agent_args(options, url), home / "agent.log")
@@ -120,6 +125,17 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
     client = ShoalClient(url, None, timeout=2.0)
     _wait(client.health, timeout_s, server, "the server did not start", home / "server.log")
     admin = ShoalClient(url, (home / "admin.token").read_text().strip(), timeout=5.0)
+    if kubernetes:  # as many nodes as the cluster has: wait for the agent's first report
+        _wait(
+            lambda: len(admin.nodes()) > 0,
+            timeout_s,
+            agent,
+            "the Kubernetes agent registered no node (does the cluster have Nodes?)",
+            home / "agent.log",
+        )
+        info = RunInfo(url, server.pid, agent.pid, str(home), len(admin.nodes()), info.started_at)
+        (home / RUN_FILE).write_text(json.dumps(asdict(info)))
+        return info
     _wait(
         lambda: _ready_nodes(admin) >= options.nodes,
         timeout_s,
@@ -131,6 +147,9 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
 
 
 def _agent_args(options: UpOptions, url: str) -> list[str]:
+    if options.kubernetes is not None:
+        token = str(options.home / "kubernetes.token")
+        return ["kubernetes", "agent", "--server", url, "--token-file", token, *options.kubernetes]
     args = [
         "agent",
         "--server",

@@ -54,6 +54,7 @@ from shoal.store.db import Database, sqlite_url
 
 ADMIN_TOKEN_FILE = "admin.token"
 AGENT_TOKEN_FILE = "agent.token"
+KUBERNETES_TOKEN_FILE = "kubernetes.token"  # the Kubernetes agent's (docs/kubernetes.md)
 
 log = logging.getLogger("shoal.server")
 
@@ -69,6 +70,8 @@ def prepare(settings: ServerSettings) -> ServerContext:
     ensure_token_file(db, settings.home / ADMIN_TOKEN_FILE, "user", ctx.clock())
     if not settings.tls:  # on the network, agents join with tokens and use node certificates
         ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
+    if settings.kubernetes:  # the agent whose nodes are a Kubernetes cluster's, beside the server
+        ensure_token_file(db, settings.home / KUBERNETES_TOKEN_FILE, "kubernetes", ctx.clock())
     BlobStore(settings.blobs_dir).clear_partial()  # uploads a previous run did not finish
     return ctx
 

@@ -27,7 +27,7 @@ ADMIN_USER = "admin"
 class Principal:
     user: str
     is_admin: bool
-    kind: str  # user | application | agent | node (a node certificate)
+    kind: str  # user | application | agent | kubernetes (its agent) | node (a node certificate)
     groups: tuple[str, ...] = ()
     node: str | None = None  # the node a node certificate names
     token_id: int | None = None  # the token it presented (the audit log's new-client check)
@@ -58,7 +58,7 @@ def ensure_token_file(db: Database, path: Path, kind: str, now: float) -> str:
             known = session.scalar(select(Token).where(Token.token_hash == hash_token(token)))
         if known is not None and known.revoked_at is None:
             return token
-    token = new_token("shoal" if kind != "agent" else "shoal_agent")
+    token = new_token("shoal_agent" if kind in ("agent", "kubernetes") else "shoal")
     with db.write() as session:
         admin = session.scalar(select(User).where(User.name == ADMIN_USER))
         if admin is None:

@@ -93,7 +93,7 @@ async def principal_of_token(ctx: ServerContext, token: str, session: bool = Fal
 async def get_agent(
     ctx: Context, principal: Annotated[Principal, Depends(get_principal)]
 ) -> Principal:
-    if principal.kind == "node":
+    if principal.kind in ("node", "kubernetes"):  # kubernetes: the Kubernetes agent's token
         return principal
     if ctx.settings.tls:
         raise ApiError(
@@ -115,7 +115,7 @@ async def get_user(principal: Annotated[Principal, Depends(get_principal)]) -> P
             f"the certificate of node {principal.node} may only call the agent API "
             "(/api/v1/agent); users call with a Bearer token",
         )
-    if principal.kind == "agent":
+    if principal.kind in ("agent", "kubernetes"):
         raise ApiError(403, "ForbiddenUserError", "agent tokens may only call the agent API")
     return principal
 

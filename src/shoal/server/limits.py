@@ -36,7 +36,7 @@ from shoal.server.tls import peer_certificate
 SQL_INT_MAX = 2**63 - 1
 AGENT_PREFIX = "/api/v1/agent/"
 OPENPAI_PREFIX = "/api/v2/"
-EXEMPT_KINDS = frozenset({"agent", "node"})
+EXEMPT_KINDS = frozenset({"agent", "kubernetes", "node"})
 JsonBody = dict[str, Any]
 HeaderMap = dict[str, str]
 Answer = tuple[int, JsonBody, HeaderMap]  # status, body, headers

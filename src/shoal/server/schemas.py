@@ -341,6 +341,16 @@ class NodeOut(BaseModel):
         "'memory', 'cpu', 'pids', 'shm' (docs/containers.md).",
     )
     labels: dict[str, str] = Field(default_factory=dict, description="Given at join.")
+    platformHold: str | None = Field(
+        None,
+        description="Why the platform running the node keeps new tasks off it (a cordoned or "
+        "tainted Kubernetes Node); it shows as CORDONED. None: it does not.",
+    )
+    fencing: str = Field(
+        "lease",
+        description="lease: its tasks stop with its agent's lease; confirmed (Kubernetes): they "
+        "end only when its agent confirms it (docs/kubernetes.md).",
+    )
 
 
 class NodeEventOut(BaseModel):

@@ -65,6 +65,9 @@ class ServerSettings:
     # submissions are refused with 507 StorageFull and stored task logs stop growing.
     storage_reserve_bytes: int = 64 * 1024 * 1024
     storage_reserve_fraction: float = 0.05  # of the filesystem holding the home
+    # Nodes from a Kubernetes cluster (docs/kubernetes.md): the server keeps a token for the
+    # Kubernetes agent (HOME/kubernetes.token), which it may start beside itself.
+    kubernetes: bool = False
 
     @property
     def heartbeat_write_s(self) -> float:

@@ -92,6 +92,10 @@ class Node(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     # what the agent cannot do here, with why: "container", "memory", "cpu", "pids", "shm"
     unsupported: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+    # "lease" (shoal's agents) or "confirmed" (Kubernetes: tasks end only when the agent says)
+    fencing: Mapped[str] = mapped_column(String(16), default="lease", server_default="lease")
+    # why the platform keeps new tasks off it (a cordoned Kubernetes Node); None: it does not
+    platform_hold: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class JoinTokenRow(Base):

@@ -27,7 +27,7 @@ def may_act_for_node(agent: Principal, node: str) -> bool:
     own node; the local agent token (and an admin) for any."""
     if agent.node is not None:
         return agent.node == node
-    return agent.kind == "agent" or agent.is_admin
+    return agent.kind in ("agent", "kubernetes") or agent.is_admin
 
 
 def _attempt(ctx: ServerContext, agent: Principal, attempt_id: str) -> tuple[Job, Task]:

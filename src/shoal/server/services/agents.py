@@ -40,6 +40,10 @@ from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
 from shoal.store.models import Job, Node, Task
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
+LOST = "its tasks are lost"
+# A node whose tasks nothing stops when its agent falls silent (docs/kubernetes.md, "Never two
+# attempts"): they may still run, so none is started again until the agent confirms it ended.
+KEPT = "its tasks may still run: they end when its agent confirms they did"
 
 
 def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
@@ -149,6 +153,7 @@ def _launch_order(
         runtime=(spec.runtime or Runtime.PROCESS).value,
         limits=_limits(task, spec.role(task.role).resources),
         image=image_ref_for(job, task.role),
+        image_name=spec.role(task.role).image,
     )
 
 
@@ -202,9 +207,16 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
             select(Node).where(Node.state == "READY", Node.last_seen < cutoff)
         ):
             timeout = ctx.settings.node_timeout_s
-            change_node(session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout)
-            node.epoch += 1  # reports about attempts launched before this are stale from now on
             changed = True
+            if node.fencing == "confirmed":  # nothing stops its tasks (Kubernetes Pods): keep them
+                change_node(
+                    session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout, why=KEPT
+                )
+                continue
+            change_node(
+                session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout, why=LOST
+            )
+            node.epoch += 1  # reports about attempts launched before this are stale from now on
             lost.append(node.name)
             for task in session.scalars(
                 select(Task).where(Task.node == node.name, Task.state.in_(ACTIVE_TASK))

@@ -104,6 +104,11 @@ def still_fits(session: Session, admission: Admission) -> str | None:
         for row in rows
         if row.state != "READY" or row.hold != "NONE"
     }
+    held_back |= {
+        row.name: f"held by its platform ({row.platform_hold})"
+        for row in rows
+        if row.name not in held_back and row.platform_hold is not None
+    }
     held = [
         Held(
             row.node,

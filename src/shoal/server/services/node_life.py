@@ -22,7 +22,8 @@ from shoal.server.services.users import require_admin
 from shoal.store.models import Node, NodeEventRow, Task
 
 _SAY = {
-    NodeEvent.HEARTBEATS_MISSED: "NOT_READY: no heartbeat for {timeout:g}s; its tasks are lost",
+    NodeEvent.HEARTBEATS_MISSED: "NOT_READY: no heartbeat for {timeout:g}s; {tasks}",
+    NodeEvent.PLATFORM_NOT_READY: "NOT_READY: {tasks}",
     NodeEvent.CAME_BACK: "ready again: its agent reports",
     NodeEvent.CORDON: "cordoned by {by}: no new tasks",
     NodeEvent.DRAIN: "drained by {by}: no new tasks; {tasks}",
@@ -52,12 +53,14 @@ def change_node(
     now: float,
     by: str | None = None,
     timeout_s: float = 0.0,
+    why: str = "",
 ) -> NodeCondition:
-    """Apply ``event`` to the node row and record it; raises ``InvalidNodeTransition``."""
+    """Apply ``event`` to the node row and record it; raises ``InvalidNodeTransition``.
+    ``why``: for a node going NOT_READY, what becomes of its tasks (or what the platform said)."""
     after = advance_node(node.name, condition_of(node), event)
     node.state, node.hold = after.liveness.value, after.hold.value
     node.schedulable = after.hold is Hold.NONE
-    tasks = ""
+    tasks = why
     if event is NodeEvent.DRAIN:
         count = active_tasks(session, node.name)
         tasks = f"{count} running task(s) finish first" if count else "no task on it: DRAINED"

@@ -17,12 +17,17 @@ from shoal.store.models import Node, Task
 
 def _node_out(n: Node, used: list[float]) -> NodeOut:
     condition = condition_of(n)
+    state = condition.shown(int(used[3]))
+    if state == Liveness.READY.value and n.platform_hold is not None:
+        state = "CORDONED"  # by its platform (a Kubernetes cordon or taint): platformHold says
     return NodeOut(
         name=n.name,
         address=n.address,
-        state=condition.shown(int(used[3])),
+        state=state,
         hold=condition.hold.value,
-        schedulable=condition.schedulable,
+        schedulable=condition.schedulable and n.platform_hold is None,
+        platformHold=n.platform_hold,
+        fencing=n.fencing,
         tasks=int(used[3]),
         agentVersion=n.agent_version,
         cpus=n.cpu_millis / 1000,

@@ -27,6 +27,7 @@ _COLUMNS = (
     Node.busy_ports,
     Node.schedulable,
     Node.state,
+    Node.platform_hold,
 )
 
 
@@ -40,7 +41,8 @@ def node_state(node: Node | Any) -> NodeState:
         gpu_type=node.gpu_type,
         port_range=(node.port_low, node.port_high),
         reserved_ports=frozenset(node.busy_ports or ()),  # held by other processes on the host
-        schedulable=node.schedulable and node.state == "READY",
+        # an administrator's hold, liveness, and the platform's own hold (a Kubernetes cordon)
+        schedulable=node.schedulable and node.state == "READY" and node.platform_hold is None,
     )
 
 

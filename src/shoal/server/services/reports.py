@@ -133,9 +133,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
         ended: set[str] = set()  # nodes where a task ended
         refresh_s = ctx.settings.heartbeat_write_s / 2
         for node in request.nodes:
-            changed |= _upsert_node(
-                session, request.agent_id, node, now, refresh_s, request.agent_version
-            )
+            changed |= _upsert_node(session, request, node, now, refresh_s)
         for running in request.running:
             row = named.get(running.attempt_id)
             if row is None or is_stale(row, running.epoch, epochs):
@@ -157,6 +155,8 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                     fenced=report.fenced,
                     oom_killed=report.oom_killed,
                     oom_kills=report.oom_kills,
+                    lost=report.lost,
+                    lost_reason=report.lost_reason,
                     memory_limit_mib=_whole(_number(report.usage.get("memoryLimitMiB"))),
                     peak_memory_mib=_number(report.usage.get("peakMemoryMiB")),
                 )
@@ -227,9 +227,13 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
         }
         for report in request.nodes:
             node = nodes.get(report.name)
-            if node is None or node.state != Liveness.READY.value or node.last_seen < now - every:
+            if node is None or node.last_seen < now - every:
                 return None
-            if node.agent_version != request.agent_version:
+            if (node.state == Liveness.READY.value) != report.ready:
+                return None
+            if node.agent_version != request.agent_version or node.fencing != request.fencing:
+                return None
+            if node.platform_hold != report.platform_hold:
                 return None
             if (node.cpu_millis, node.memory_mib, list(node.gpu_indices), node.busy_ports) != (
                 report.cpu_millis,
@@ -280,15 +284,12 @@ def _note_running(
 
 
 def _upsert_node(
-    session: Session,
-    agent_id: str,
-    report: AgentNode,
-    now: float,
-    refresh_s: float,
-    agent_version: str | None = None,
+    session: Session, request: ReportRequest, report: AgentNode, now: float, refresh_s: float
 ) -> bool:
     """Register or update the node; its heartbeat (``last_seen``, usage) is written only when it
-    is older than ``refresh_s``, not on every report."""
+    is older than ``refresh_s``, not on every report. A node the platform calls not ready
+    (``report.ready`` False) is NOT_READY, its tasks kept: the agent says when they end."""
+    agent_id, agent_version = request.agent_id, request.agent_version
     node = session.get(Node, report.name)
     if node is None:
         session.add(
@@ -304,20 +305,30 @@ def _upsert_node(
                 port_high=report.port_high,
                 busy_ports=list(report.busy_ports),
                 schedulable=True,
-                state="READY",
+                state=Liveness.READY.value if report.ready else Liveness.NOT_READY.value,
                 last_seen=now,
                 registered_at=now,
                 usage=dict(report.usage),
                 agent_version=agent_version,
                 labels=dict(report.labels or {}),
                 unsupported=dict(report.unsupported or {}),
+                fencing=request.fencing,
+                platform_hold=report.platform_hold,
             )
         )
         record_node_event(session, report.name, now, "registered", "joined: its agent reports")
         return True
-    came_back = node.state != Liveness.READY.value
+    came_back = node.state != Liveness.READY.value and report.ready
     if came_back:
         change_node(session, node, NodeEvent.CAME_BACK, now)
+    went = node.state == Liveness.READY.value and not report.ready
+    if went:
+        why = "its platform says it is not ready; its tasks end when the platform confirms they did"
+        change_node(session, node, NodeEvent.PLATFORM_NOT_READY, now, why=why)
+    if node.fencing != request.fencing:
+        node.fencing = request.fencing
+    if node.platform_hold != report.platform_hold:
+        _note_platform_hold(session, node, report.platform_hold, now)
     if node.agent_version != agent_version:
         node.agent_version = agent_version
     node.agent_id, node.address = agent_id, report.address
@@ -330,9 +341,18 @@ def _upsert_node(
         node.labels = dict(report.labels)
     if report.unsupported is not None and dict(node.unsupported or {}) != report.unsupported:
         node.unsupported = dict(report.unsupported)
-    if came_back or node.last_seen < now - refresh_s:
+    if came_back or went or node.last_seen < now - refresh_s:
         node.last_seen, node.usage = now, dict(report.usage)
-    return came_back
+    return came_back or went
+
+
+def _note_platform_hold(session: Session, node: Node, hold: str | None, now: float) -> None:
+    """The platform started or stopped keeping new tasks off the node (a Kubernetes cordon)."""
+    node.platform_hold = hold
+    if hold is None:
+        record_node_event(session, node.name, now, "platform_released", "its platform takes new tasks again")
+    else:
+        record_node_event(session, node.name, now, "platform_hold", f"no new tasks: {hold}")
 
 
 def _number(value: object) -> float | None:

@@ -54,6 +54,7 @@ def restart(ctx: ServerContext, principal: Principal, job_id: str) -> bool:
             f"run again by {principal.user} after it ended {state.value}: "
             f"its next placement is attempt {job.attempt + 1}",
         )
-        hold_if_missing(session, job, spec_of(job), now)  # its image may have been removed
+        if not ctx.settings.kubernetes:  # Kubernetes' nodes pull images themselves
+            hold_if_missing(session, job, spec_of(job), now)  # its image may have been removed
     ctx.wake_scheduler()
     return True

@@ -151,7 +151,8 @@ def store(
         _check_conflicts(ctx, session, principal, spec, names_for_good)
         pinned = resolve_declared(session, principal, spec.all_data())
         images = images_of(spec)
-        absent = missing_images(session, images)
+        # on Kubernetes, its nodes pull images themselves: no job waits for a pushed one
+        absent = [] if ctx.settings.kubernetes else missing_images(session, images)
         if absent and prepared.request.strict_images:
             raise ApiError(404, HOLD_CODE, f"{hold_message(absent[0])} (--strict-images)")
         rows.append((spec, vc, pinned, images, absent[0] if absent else None))

@@ -1,0 +1,136 @@
+"""``shoal kubernetes agent`` (the agent whose nodes are a Kubernetes cluster's; ``shoal up
+--kubernetes`` and ``shoal server start --kubernetes`` start it for you) and the options those
+share (docs/kubernetes.md)."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from shoal.cli.common import fail
+
+kubernetes_app = typer.Typer(help="Kubernetes as a place shoal runs jobs (docs/kubernetes.md).")
+
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def kubeconfig_option() -> typing.Any:
+    return typer.Option(
+        None,
+        "--kubeconfig",
+        help="The cluster's kubeconfig (default: in-cluster config in a Pod, else $KUBECONFIG "
+        "or ~/.kube/config).",
+    )
+
+
+def namespace_option() -> typing.Any:
+    return typer.Option("default", "--namespace", help="Where shoal creates its Pods.")
+
+
+@dataclass(frozen=True)
+class KubernetesArgs:
+    """The Kubernetes options as given on a command line (checked by ``options``)."""
+
+    kubeconfig: str | None = None
+    namespace: str = "default"
+    context: str | None = None
+    node_selector: str = ""
+    gpu_type_label: str = "nvidia.com/gpu.product"
+    default_image: str | None = None
+    image_pull_policy: str | None = None
+    tolerate: tuple[str, ...] = ()
+    no_logs: bool = False
+
+    def argv(self) -> list[str]:
+        """These options as ``shoal kubernetes agent`` takes them."""
+        args = ["--namespace", self.namespace, "--gpu-type-label", self.gpu_type_label]
+        for flag, value in (
+            ("--kubeconfig", self.kubeconfig),
+            ("--context", self.context),
+            ("--node-selector", self.node_selector or None),
+            ("--default-image", self.default_image),
+            ("--image-pull-policy", self.image_pull_policy),
+        ):
+            if value:
+                args += [flag, value]
+        for key in self.tolerate:
+            args += ["--tolerate-taint", key]
+        return [*args, "--no-logs"] if self.no_logs else args
+
+
+def options(args: KubernetesArgs) -> typing.Any:
+    """``KubernetesOptions``, or a clear error naming the option."""
+    from shoal.kubernetes.options import DEFAULT_IMAGE, KubernetesOptions
+
+    if args.image_pull_policy is not None and args.image_pull_policy not in PULL_POLICIES:
+        raise fail(
+            f"--image-pull-policy {args.image_pull_policy}: must be one of "
+            f"{', '.join(PULL_POLICIES)}"
+        )
+    if args.kubeconfig is not None and not Path(args.kubeconfig).expanduser().is_file():
+        raise fail(f"--kubeconfig {args.kubeconfig}: no such file")
+    return KubernetesOptions(
+        kubeconfig=str(Path(args.kubeconfig).expanduser()) if args.kubeconfig else None,
+        context=args.context,
+        namespace=args.namespace,
+        node_selector=args.node_selector,
+        gpu_type_label=args.gpu_type_label,
+        default_image=args.default_image or DEFAULT_IMAGE,
+        image_pull_policy=args.image_pull_policy,  # type: ignore[arg-type]
+        tolerated_taints=args.tolerate,
+        follow_logs=not args.no_logs,
+    )
+
+
+@kubernetes_app.command("agent")
+def agent(
+    server_url: str = typer.Option(..., "--server", help="The shoal server's URL."),
+    token_file: Path = typer.Option(
+        ..., "--token-file", help="The server's kubernetes.token (in its home)."
+    ),
+    kubeconfig: str | None = kubeconfig_option(),
+    namespace: str = namespace_option(),
+    context: str | None = typer.Option(None, "--context", help="The kubeconfig's context."),
+    node_selector: str = typer.Option(
+        "", "--node-selector", help="Use only Nodes with these labels (e.g. pool=gpu)."
+    ),
+    gpu_type_label: str = typer.Option(
+        "nvidia.com/gpu.product", "--gpu-type-label", help="The Node label naming its GPU type."
+    ),
+    default_image: str | None = typer.Option(
+        None, "--default-image", help="The image of jobs that name none."
+    ),
+    image_pull_policy: str | None = typer.Option(
+        None, "--image-pull-policy", help="Always, IfNotPresent or Never (default: Kubernetes')."
+    ),
+    tolerate: list[str] = typer.Option(
+        [], "--tolerate-taint", help="A taint key shoal's Pods tolerate (repeatable)."
+    ),
+    no_logs: bool = typer.Option(False, "--no-logs", help="Do not ship logs (kwok nodes)."),
+    watch_fd: int | None = typer.Option(None, "--watch-fd", hidden=True),
+) -> None:
+    """Run the agent whose nodes are a Kubernetes cluster's Nodes, in the foreground."""
+    from shoal.kubernetes.main import KubernetesConfigError, configure_logging, run
+
+    args = KubernetesArgs(
+        kubeconfig,
+        namespace,
+        context,
+        node_selector,
+        gpu_type_label,
+        default_image,
+        image_pull_policy,
+        tuple(tolerate),
+        no_logs,
+    )
+    if not token_file.is_file():
+        raise fail(f"--token-file {token_file}: no such file (the server writes it at start)")
+    configure_logging()
+    try:
+        code = run(server_url, token_file, options(args), watch_fd)
+    except KubernetesConfigError as exc:
+        raise fail(str(exc)) from None
+    raise typer.Exit(code)

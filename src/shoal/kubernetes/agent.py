@@ -1,0 +1,353 @@
+"""The Kubernetes agent: to the server, an agent whose nodes are a cluster's Nodes; to Kubernetes,
+a client that creates, watches and deletes Pods (docs/kubernetes.md).
+
+Threads: two watch caches (Nodes; Pods of every namespace, for what other Pods request), a
+reporter and an order taker like shoal's own agent, a log follower per started Pod and one
+thread per exec session. Nothing is kept on disk: after a restart the Pods themselves, found by
+label, say which attempts run, and the server's answer says which of them are stale (orphans,
+deleted then).
+
+Reports are sent only once both caches have listed, so the first report names every Pod that
+runs. An attempt is reported running from its task container's start until its exit is
+reported; its exit is reported once its log has been shipped (or after ``LOG_WAIT_S``), and its
+Pod is deleted once the server acknowledges the exit, so logs outlive Pods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from shoal import __version__
+from shoal.agent.identity import Connection
+from shoal.kubernetes import status
+from shoal.kubernetes.exec import PodExec
+from shoal.kubernetes.launcher import LaunchFailed, Launcher
+from shoal.kubernetes.logs import Follower
+from shoal.kubernetes.nodes import agent_node, foreign_requests, is_ours, wanted
+from shoal.kubernetes.options import ATTEMPT, INSTANCE, JOB, KubernetesOptions
+from shoal.kubernetes.watch import Cache
+from shoal.protocol import (
+    ExitReport,
+    LaunchOrder,
+    LogUploadRequest,
+    OrdersRequest,
+    OrdersResponse,
+    ReportRequest,
+    ReportResponse,
+)
+
+log = logging.getLogger("shoal.kubernetes")
+HEARTBEAT_S = 2.0
+ORDER_WAIT_S = 10.0
+RETRY_S = 0.5
+LOG_WAIT_S = 10.0  # an ended Pod's exit waits at most this long for its log to be shipped
+REPORT_GAP_S = 0.05
+
+
+class KubernetesAgent:
+    def __init__(
+        self, connection: Connection, core: Any, options: KubernetesOptions, agent_id: str
+    ) -> None:
+        self.connection = connection
+        self.core = core  # kubernetes.client.CoreV1Api
+        self.options = options
+        self.agent_id = agent_id
+        self.launcher = Launcher(core, options)
+        self.stopping = threading.Event()
+        self.report_now = threading.Event()
+        self.synced = threading.Event()  # a report naming every Pod has been answered
+        self.nodes = Cache(
+            "nodes",
+            core.list_node,
+            self._on_node,
+            self.stopping,
+            label_selector=options.node_selector,
+        )
+        self.pods = Cache("pods", core.list_pod_for_all_namespaces, self._on_pod, self.stopping)
+        self._lock = threading.Lock()
+        self._exits: dict[str, ExitReport] = {}  # ended attempts, until the server acknowledges
+        self._ended_at: dict[str, float] = {}  # when each exit was found (for LOG_WAIT_S)
+        self._followers: dict[str, Follower] = {}
+        self._launching: set[str] = set()
+        self._acked: set[str] = set()  # exits acknowledged: their Pods are being deleted
+        self._where: dict[str, tuple[str, str]] = {}  # attempt -> (job, Pod name), until acked
+        self._http = httpx.Client(**connection.httpx_settings(ORDER_WAIT_S + 10.0))
+        self._threads = [
+            threading.Thread(target=self._reporter, name="k8s-reporter", daemon=True),
+            threading.Thread(target=self._order_taker, name="k8s-orders", daemon=True),
+        ]
+
+    # ---- life ----
+
+    def start(self) -> None:
+        self.nodes.start()
+        self.pods.start()
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop talking to both sides; the Pods run on (a restarted agent adopts them)."""
+        self.stopping.set()
+        self.report_now.set()
+        self.nodes.stop()
+        self.pods.stop()
+        for thread in self._threads:
+            thread.join(timeout=15)
+        self._http.close()
+
+    # ---- watch events ----
+
+    def _on_node(self, kind: str, old: Any, new: Any) -> None:
+        self.report_now.set()
+
+    def _on_pod(self, kind: str, old: Any, new: Any) -> None:
+        if not is_ours(new, self.options):
+            if new.spec and new.spec.node_name:
+                self.report_now.set()  # what other Pods request on a node changed
+            return
+        facts = status.facts(new)
+        if not facts.attempt_id:
+            return
+        now = time.time()
+        with self._lock:
+            if facts.attempt_id in self._acked:
+                return
+            job = (new.metadata.annotations or {}).get(JOB, "")
+            self._where[facts.attempt_id] = (job, new.metadata.name)
+            if kind == "DELETED":
+                ended: ExitReport | None = status.gone_report(facts, now)
+            else:
+                ended = status.exit_report(facts, now)
+                if facts.started_at is not None and self.options.follow_logs:
+                    self._follow(new.metadata.name, facts.attempt_id)
+            if ended is not None and facts.attempt_id not in self._exits:
+                self._exits[facts.attempt_id] = ended
+                self._ended_at[facts.attempt_id] = time.monotonic()
+        self.report_now.set()
+
+    def _follow(self, name: str, attempt_id: str) -> None:
+        if attempt_id in self._followers:
+            return
+        follower = Follower(
+            self.core,
+            self.options.namespace,
+            name,
+            attempt_id,
+            self._upload_logs,
+            lambda: self._pod_ended(attempt_id),
+            self.stopping,
+        )
+        self._followers[attempt_id] = follower
+        follower.start()
+
+    def _pod_ended(self, attempt_id: str) -> bool:
+        with self._lock:
+            return attempt_id in self._exits or attempt_id in self._acked
+
+    # ---- reports ----
+
+    def _own_pods(self) -> list[Any]:
+        return [p for p in self.pods.items() if is_ours(p, self.options)]
+
+    def report_request(self) -> ReportRequest:
+        pods = self.pods.items()
+        held = foreign_requests(pods, self.options)
+        nodes = [
+            agent_node(node, held.get(node.metadata.name), self.options)
+            for node in self.nodes.items()
+            if wanted(node)
+        ]
+        now = time.monotonic()
+        with self._lock:
+            exited = [
+                report
+                for attempt_id, report in self._exits.items()
+                if self._log_shipped(attempt_id, now)
+            ]
+        reported = {e.attempt_id for e in exited}
+        running = []
+        for pod in self._own_pods():
+            facts = status.facts(pod)
+            if facts.attempt_id in reported or facts.attempt_id in self._acked:
+                continue
+            report = status.running_report(facts)
+            if report is None and facts.started_at is not None:  # ended, its log still shipping
+                report = status.RunningReport(
+                    attempt_id=facts.attempt_id,
+                    pid=0,
+                    started_at=facts.started_at,
+                    epoch=facts.epoch,
+                )
+            if report is not None:
+                running.append(report)
+        return ReportRequest(
+            agent_id=self.agent_id,
+            nodes=nodes,
+            running=running,
+            exited=exited,
+            agent_version=__version__,
+            fencing="confirmed",
+        )
+
+    def _log_shipped(self, attempt_id: str, now: float) -> bool:
+        follower = self._followers.get(attempt_id)
+        if follower is None or follower.done.is_set():
+            return True
+        return now - self._ended_at.get(attempt_id, now) > LOG_WAIT_S
+
+    def _reporter(self) -> None:
+        while not self.stopping.is_set():
+            if not (self.nodes.synced.is_set() and self.pods.synced.is_set()):
+                self.stopping.wait(0.1)
+                continue
+            try:
+                self._report()
+                self.synced.set()
+            except Exception as exc:
+                log.warning("report to %s failed: %s", self.connection.server, exc)
+                self.stopping.wait(RETRY_S)
+                continue
+            self.report_now.wait(HEARTBEAT_S)
+            self.report_now.clear()
+            self.stopping.wait(REPORT_GAP_S)
+
+    def _report(self) -> None:
+        request = self.report_request()
+        response = self._http.post("/api/v1/agent/report", json=request.model_dump())
+        response.raise_for_status()
+        answer = ReportResponse.model_validate(response.json())
+        for attempt_id in answer.acked:
+            self._finish(attempt_id)
+        for attempt_id in answer.kill:  # stale: an orphan, or an attempt declared lost
+            pod = self._pod_of(attempt_id)
+            if pod is not None and pod.metadata.deletion_timestamp is None:
+                log.info("deleting Pod %s: the server says it must not run", pod.metadata.name)
+                self.launcher.stop(pod.metadata.name, 0)
+
+    def _finish(self, attempt_id: str) -> None:
+        """The server has the exit: delete the Pod (and the job's owner, if it was its last)."""
+        with self._lock:
+            self._exits.pop(attempt_id, None)
+            self._ended_at.pop(attempt_id, None)
+            self._followers.pop(attempt_id, None)
+            self._acked.add(attempt_id)
+            where = self._where.pop(attempt_id, None)
+        if where is None:  # never created (refused, or killed before its launch)
+            return
+        job, name = where
+        others = [
+            p
+            for p in self._own_pods()
+            if (p.metadata.annotations or {}).get(JOB) == job
+            and (p.metadata.labels or {}).get(ATTEMPT) not in self._acked
+        ]
+        try:
+            self.launcher.remove(job, name, last_of_job=not others)
+        except Exception as exc:
+            log.warning("could not delete Pod %s: %s", name, exc)
+
+    def _pod_of(self, attempt_id: str) -> Any | None:
+        for pod in self._own_pods():
+            if (pod.metadata.labels or {}).get(ATTEMPT) == attempt_id:
+                return pod
+        return None
+
+    # ---- orders ----
+
+    def _order_taker(self) -> None:
+        while not self.stopping.is_set():
+            if not self.synced.is_set():
+                self.stopping.wait(0.1)
+                continue
+            try:
+                orders = self._orders()
+            except Exception as exc:
+                log.warning("orders from %s failed: %s", self.connection.server, exc)
+                self.stopping.wait(RETRY_S)
+                continue
+            for order in orders.launch:
+                self._launch(order)
+            for attempt_id in orders.kill:
+                self._kill(attempt_id)
+            for session in orders.exec:
+                pod = self._pod_of(session.attempt_id)
+                name = pod.metadata.name if pod is not None else None
+                relay = PodExec(session, self.core, self.options.namespace, name, self.connection)
+                threading.Thread(target=relay.run, name="k8s-exec", daemon=True).start()
+
+    def _known(self) -> list[str]:
+        with self._lock:
+            known = set(self._exits) | self._launching
+        for pod in self._own_pods():
+            known.add((pod.metadata.labels or {}).get(ATTEMPT, ""))
+        known.discard("")
+        return sorted(known)
+
+    def _orders(self) -> OrdersResponse:
+        names = [n.metadata.name for n in self.nodes.items() if wanted(n)]
+        request = OrdersRequest(
+            agent_id=self.agent_id, nodes=names, known=self._known(), wait_s=ORDER_WAIT_S
+        )
+        response = self._http.post("/api/v1/agent/orders", json=request.model_dump())
+        response.raise_for_status()
+        return OrdersResponse.model_validate(response.json())
+
+    def _launch(self, order: LaunchOrder) -> None:
+        with self._lock:
+            self._launching.add(order.attempt_id)
+        try:
+            self.launcher.launch(order)
+        except LaunchFailed as exc:
+            self._refused(order.attempt_id, str(exc))
+        except Exception as exc:  # the API server is away: the order comes again
+            log.warning("could not create the Pod of %s: %s", order.attempt_id, exc)
+        finally:
+            with self._lock:
+                self._launching.discard(order.attempt_id)
+
+    def _refused(self, attempt_id: str, why: str) -> None:
+        with self._lock:
+            self._exits[attempt_id] = ExitReport(
+                attempt_id=attempt_id,
+                exit_code=None,
+                launch_error=why,
+                epoch=None,  # never launched: no Pod was created
+                finished_at=time.time(),
+            )
+            self._ended_at[attempt_id] = time.monotonic()
+        self.report_now.set()
+
+    def _kill(self, attempt_id: str) -> None:
+        pod = self._pod_of(attempt_id)
+        if pod is None:
+            with self._lock:
+                if attempt_id in self._exits or attempt_id in self._acked:
+                    return
+                self._exits[attempt_id] = ExitReport(
+                    attempt_id=attempt_id,
+                    exit_code=None,
+                    stop_requested=True,
+                    epoch=None,
+                    finished_at=time.time(),
+                )
+            self.report_now.set()
+            return
+        if pod.metadata.deletion_timestamp is not None:
+            return  # being deleted already
+        grace = pod.spec.termination_grace_period_seconds or 0
+        self.launcher.stop(pod.metadata.name, grace)
+
+    # ---- logs ----
+
+    def _upload_logs(self, request: LogUploadRequest) -> None:
+        response = self._http.post("/api/v1/agent/logs", json=request.model_dump())
+        response.raise_for_status()
+
+
+def instance_selector(options: KubernetesOptions) -> str:
+    return f"{INSTANCE}={options.instance}"

@@ -1,0 +1,49 @@
+"""What an administrator configures about the Kubernetes cluster shoal runs jobs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Labels and annotations on everything shoal creates (docs/kubernetes.md, "Mapping").
+PREFIX = "shoal.dev"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+INSTANCE = f"{PREFIX}/instance"  # which shoal: several may share a cluster
+ATTEMPT = f"{PREFIX}/attempt-id"  # TASK.ATTEMPT, the agent protocol's key
+JOB = f"{PREFIX}/job"
+ROLE = f"{PREFIX}/role"
+INDEX = f"{PREFIX}/index"
+TASK_ATTEMPT = f"{PREFIX}/attempt"
+USER = f"{PREFIX}/user"
+VC = f"{PREFIX}/virtual-cluster"
+EPOCH = f"{PREFIX}/epoch"  # annotation: the node epoch the attempt was launched under
+STOP = f"{PREFIX}/stop-requested"  # annotation set before shoal deletes a Pod it stops
+TASK_CONTAINER = "task"
+# A Node shoal never uses (a kwok node's annotation is not one: kwok nodes are real to shoal).
+NODE_OPT_OUT = f"{PREFIX}/exclude"
+
+DEFAULT_IMAGE = "python:3.11-slim"
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """``kubeconfig`` None: in-cluster config when running in a Pod, else ~/.kube/config."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str = "default"
+    # A label selector (``pool=gpu,!spot``): shoal sees only the Nodes it matches.
+    node_selector: str = ""
+    gpu_type_label: str = "nvidia.com/gpu.product"
+    # host: Pods on the node's network, shoal allocates their ports (OpenPAI's way)
+    network: Literal["host"] = "host"
+    default_image: str = DEFAULT_IMAGE
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    port_low: int = 20000
+    port_high: int = 29999
+    # Taint keys shoal's Pods tolerate; a Node tainted with another NoSchedule or NoExecute key
+    # takes no new shoal task.
+    tolerated_taints: tuple[str, ...] = field(default_factory=tuple)
+    instance: str = "shoal"  # the value of the shoal.dev/instance label
+    # Ship each task's log through pods/log (off: kwok's fake nodes serve no logs, bench).
+    follow_logs: bool = True
