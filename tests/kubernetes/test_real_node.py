@@ -1,0 +1,181 @@
+"""shoal on a real Kubernetes node (kubelet + containerd + crun, local images): real processes in
+Pods, their exit codes and OOM kills in shoal's terms, host lists that reach across roles over
+TCP, logs that follow and outlive their Pods, and exec through ``pods/exec``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.kubernetes.conftest import KubeShoal, running_shoal
+from tests.kubernetes.harness import ControlPlane, wait_for
+from tests.kubernetes.real_node import BUSYBOX, NODE_NAME, PYTHON, RealNode, missing
+
+SERVER = (
+    "import os, socket\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('0.0.0.0', int(os.environ['PAI_PORT_LIST_server_0_http']))); s.listen()\n"
+    "c = s.accept()[0]; c.sendall(b'pong ' + c.recv(100)); c.close()\n"
+    "print('served', flush=True)\n"
+)
+CLIENT = (
+    "import os, socket, time\n"
+    "host = os.environ['PAI_HOST_IP_server_0']; port = int(os.environ['PAI_PORT_LIST_server_0_http'])\n"
+    "for _ in range(200):\n"
+    "    try:\n"
+    "        c = socket.create_connection((host, port), timeout=2); break\n"
+    "    except OSError:\n"
+    "        time.sleep(0.1)\n"
+    "c.sendall(b'from ' + os.environ['PAI_TASK_INDEX'].encode()); print(c.recv(100).decode())\n"
+)
+
+
+def indented(code: str) -> str:
+    return "".join(f"        {line}\n" for line in code.splitlines())
+
+
+# The real node is this machine: 2 cores, so a server and a client of one core each.
+PING_PONG = f"""protocolVersion: 2
+name: ping-pong
+type: job
+prerequisites:
+  - {{type: dockerimage, name: py, uri: "{PYTHON}"}}
+taskRoles:
+  server:
+    instances: 1
+    dockerImage: py
+    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0, ports: {{http: 1}}}}
+    commands:
+      - |
+        python3 - <<'EOF'
+{indented(SERVER)}        EOF
+  client:
+    instances: 1
+    dockerImage: py
+    resourcePerInstance: {{cpu: 1, memoryMB: 128, gpu: 0}}
+    commands:
+      - |
+        python3 - <<'EOF'
+{indented(CLIENT)}        EOF
+"""
+
+
+@pytest.fixture(scope="module")
+def node(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    why = missing()
+    if why is not None:
+        pytest.skip(why)
+    started = RealNode(plane, tmp_path_factory.mktemp("real-node"))
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def shoal(
+    plane: ControlPlane, node: RealNode, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeShoal]:
+    home = tmp_path_factory.mktemp("shoal-real") / "home"
+    extra = ("--image-pull-policy", "Never", "--default-image", BUSYBOX)
+    with running_shoal(plane, home, *extra) as running:
+        wait_for(lambda: running.node(NODE_NAME)["state"] == "READY", 30, "the real node in shoal")
+        yield running
+
+
+def cli_env(shoal: KubeShoal) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env.update(SHOAL_HOME=str(shoal.home), SHOAL_CONFIG=str(shoal.home / "no-config.yaml"))
+    return env
+
+
+def cli_argv() -> list[str]:
+    return [sys.executable, "-m", "shoal", "--context", "local"]
+
+
+def cli(shoal: KubeShoal, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*cli_argv(), *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(shoal),
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_the_node_is_a_shoal_node(shoal: KubeShoal, node: RealNode) -> None:
+    seen = shoal.node(NODE_NAME)
+    assert seen["address"] == node.address  # its InternalIP: host-network tasks listen there
+    assert seen["cpus"] >= 1 and seen["memoryMiB"] > 1024 and seen["fencing"] == "confirmed"
+
+
+def test_an_openpai_job_of_two_roles_reaches_across_over_tcp(shoal: KubeShoal, node: RealNode) -> None:
+    job_id = shoal.client.submit(PING_PONG)[0]["id"]
+    done = shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=120)
+    logs = {
+        f"{role}/{index}": shoal.client.logs(job_id, role, index)["data"]
+        for role, index in (("server", 0), ("client", 0))
+    }
+    assert done["state"] == "SUCCEEDED", (done, logs)
+    assert logs == {"server/0": "served\n", "client/0": "pong from 0\n"}
+    env_host = shoal.client.job(job_id)["tasks"][0]
+    assert env_host["node"] == NODE_NAME
+    wait_for(lambda: not shoal.pods_of(job_id), 30, "the finished job's Pods deleted")
+    # the logs outlive the Pods
+    assert shoal.client.logs(job_id, "server", 0)["data"] == "served\n"
+
+
+def test_an_exit_code_fails_the_role_and_the_job_with_it(shoal: KubeShoal) -> None:
+    text = "version: 1\nname: three\nroles:\n  w:\n    command: echo failing; exit 3\n"
+    job_id = shoal.client.submit(text)[0]["id"]
+    done = shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=60)
+    assert (done["state"], done["exitCode"], done["exitClass"]) == ("FAILED", 3, "USER_FAILURE"), done
+    assert shoal.client.logs(job_id, "w", 0)["data"] == "failing\n"
+
+
+def test_a_task_over_its_memory_limit_is_an_oom(shoal: KubeShoal) -> None:
+    grow = "python3 -c 'b = bytearray(300 * 1024 * 1024); print(len(b))'"
+    text = (
+        f"version: 1\nname: greedy\nroles:\n  w:\n    image: {PYTHON}\n"
+        f"    resources: {{cpu: 1, memory: 64Mi}}\n    command: {grow}\n"
+    )
+    job_id = shoal.client.submit(text)[0]["id"]
+    done = shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=60)
+    assert (done["state"], done["exitClass"]) == ("FAILED", "OOM"), done
+
+
+def test_logs_follow_exec_works_and_logs_outlive_the_pod(shoal: KubeShoal) -> None:
+    text = (
+        "version: 1\nname: chatty\nroles:\n  w:\n"
+        "    command: for i in 1 2 3; do echo line $i; sleep 0.2; done; sleep 300\n"
+    )
+    job_id = shoal.client.submit(text)[0]["id"]
+    shoal.wait_running(job_id)
+    follower = subprocess.Popen(
+        [*cli_argv(), "job", "logs", job_id, "-f", "--task", "w/0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(shoal),
+    )
+    try:  # -f follows the running task: its lines come as they are written
+        assert follower.stdout is not None
+        lines = [follower.stdout.readline() for _ in range(3)]
+        assert lines == ["line 1\n", "line 2\n", "line 3\n"]
+    finally:
+        follower.terminate()
+        follower.wait(10)
+    done = cli(shoal, "job", "exec", job_id, "--", "sh", "-c", "echo $SHOAL_TASK_ROLE; exit 4")
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == "w\n"
+    shoal.client.stop(job_id)
+    shoal.wait_job(job_id, ("STOPPED",), timeout=60)
+    wait_for(lambda: not shoal.pods_of(job_id), 30, "the stopped job's Pod deleted")
+    assert shoal.client.logs(job_id, "w", 0)["data"].startswith("line 1\nline 2\nline 3\n")
+
