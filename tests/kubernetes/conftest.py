@@ -86,7 +86,8 @@ class KubeShoal:
             found: dict[str, Any] = wait_for(running, timeout, f"job {job_id}'s tasks running")
         except TimeoutError as exc:
             why = self.client.why(job_id)
-            raise AssertionError(f"{exc}: {self.client.job(job_id)} {why} {self.client.nodes()}")
+            detail = f"{exc}: {self.client.job(job_id)} {why} {self.client.nodes()}"
+            raise AssertionError(detail) from None
         return found
 
 

@@ -21,7 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
+
+from kubernetes import client, config
 
 K8S_VERSION = os.environ.get("SHOAL_K8S_VERSION", "v1.35.4")
 CACHE = Path(os.environ.get("SHOAL_K8S_CACHE", Path.home() / ".cache/shoal/k8s"))
@@ -98,7 +101,9 @@ def kubeconfig(server: str, token: str, ca: Path, namespace: str = "default") ->
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "clusters": [
+            {"name": "test", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
         "users": [{"name": "test", "user": {"token": token}}],
         "contexts": [
             {"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}
@@ -134,7 +139,9 @@ class ControlPlane:
 
     def _keys(self) -> None:
         key = self.root / "sa.key"
-        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
+        )
         subprocess.run(
             ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(self.root / "sa.pub")],
             check=True,
@@ -146,7 +153,10 @@ class ControlPlane:
         )
 
     def _write_kubeconfigs(self) -> None:
-        for path, token in ((self.admin_kubeconfig, self.admin_token), (self.kubelet_kubeconfig, self.node_token)):
+        for path, token in (
+            (self.admin_kubeconfig, self.admin_token),
+            (self.kubelet_kubeconfig, self.node_token),
+        ):
             path.write_text(yaml.safe_dump(kubeconfig(self.url, token, self.ca)))
 
     def start_etcd(self) -> None:
@@ -157,13 +167,20 @@ class ControlPlane:
             "etcd",
             [
                 str(BIN / "etcd"),
-                "--data-dir", str(data),
-                "--listen-client-urls", client,
-                "--advertise-client-urls", client,
-                "--listen-peer-urls", peer,
-                "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"default={peer}",
-                "--log-level", "warn",
+                "--data-dir",
+                str(data),
+                "--listen-client-urls",
+                client,
+                "--advertise-client-urls",
+                client,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"default={peer}",
+                "--log-level",
+                "warn",
             ],
             self.root / "etcd.log",
         )
@@ -195,8 +212,6 @@ class ControlPlane:
         wait_for(self.ready, 60, "kube-apiserver /readyz")
 
     def ready(self) -> bool:
-        import httpx
-
         answer = httpx.get(
             f"{self.url}/readyz",
             verify=ssl.create_default_context(cafile=str(self.ca)),
@@ -230,8 +245,6 @@ class ControlPlane:
     # ---- use ----
 
     def api_client(self, kubeconfig_path: Path | None = None) -> Any:
-        from kubernetes import client, config
-
         configuration = client.Configuration()
         config.load_kube_config(
             config_file=str(kubeconfig_path or self.admin_kubeconfig),
@@ -240,8 +253,6 @@ class ControlPlane:
         return client.ApiClient(configuration)
 
     def core(self, kubeconfig_path: Path | None = None) -> Any:
-        from kubernetes import client
-
         return client.CoreV1Api(self.api_client(kubeconfig_path))
 
     def kubectl(self, *args: str, input_text: str | None = None) -> str:
@@ -259,8 +270,6 @@ class ControlPlane:
 
     def service_account_kubeconfig(self, namespace: str, account: str) -> Path:
         """A kubeconfig with a token of ``account`` (what shoal runs as in the tests)."""
-        from kubernetes import client
-
         core = self.core()
         request = client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=24 * 3600)
@@ -308,7 +317,11 @@ class Kwok:
 
 
 def fake_node(
-    name: str, cpu: str = "32", memory: str = "256Gi", gpus: int = 8, labels: dict[str, str] | None = None
+    name: str,
+    cpu: str = "32",
+    memory: str = "256Gi",
+    gpus: int = 8,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     allocatable = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
     return {

@@ -73,7 +73,9 @@ class RealNode:
     # ---- pieces ----
 
     def _add_address(self) -> None:
-        shown = subprocess.run(["ip", "-4", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True)
+        shown = subprocess.run(
+            ["ip", "-4", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True
+        )
         if f"{self.address}/32" not in shown.stdout:
             subprocess.run(["ip", "addr", "add", f"{self.address}/32", "dev", "lo"], check=True)
             self._address_added = True
@@ -103,8 +105,8 @@ class RealNode:
             )
         )
         config = f"""version = 2
-root = "{self.root / 'containerd-root'}"
-state = "{self.root / 'containerd-state'}"
+root = "{self.root / "containerd-root"}"
+state = "{self.root / "containerd-state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
 [grpc]
@@ -183,7 +185,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "enforceNodeAllocatable": [],
             "protectKernelDefaults": True,  # scripts/k8s-node-setup.sh set them
             "serializeImagePulls": False,
-            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+            "evictionHard": {
+                "memory.available": "1Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+            },
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "resolvConf": "",

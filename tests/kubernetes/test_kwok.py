@@ -96,8 +96,10 @@ def test_pods_outside_shoal_and_cordons_limit_what_shoal_uses(shoal: KubeShoal) 
                 {
                     "name": "c",
                     "image": "busybox",
-                    "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "3"},
-                                  "limits": {"nvidia.com/gpu": "3"}},
+                    "resources": {
+                        "requests": {"cpu": "4", "nvidia.com/gpu": "3"},
+                        "limits": {"nvidia.com/gpu": "3"},
+                    },
                 }
             ],
         },

@@ -24,7 +24,8 @@ SERVER = (
 )
 CLIENT = (
     "import os, socket, time\n"
-    "host = os.environ['PAI_HOST_IP_server_0']; port = int(os.environ['PAI_PORT_LIST_server_0_http'])\n"
+    "host = os.environ['PAI_HOST_IP_server_0']\n"
+    "port = int(os.environ['PAI_PORT_LIST_server_0_http'])\n"
     "for _ in range(200):\n"
     "    try:\n"
     "        c = socket.create_connection((host, port), timeout=2); break\n"
@@ -115,7 +116,9 @@ def test_the_node_is_a_shoal_node(shoal: KubeShoal, node: RealNode) -> None:
     assert seen["cpus"] >= 1 and seen["memoryMiB"] > 1024 and seen["fencing"] == "confirmed"
 
 
-def test_an_openpai_job_of_two_roles_reaches_across_over_tcp(shoal: KubeShoal, node: RealNode) -> None:
+def test_an_openpai_job_of_two_roles_reaches_across_over_tcp(
+    shoal: KubeShoal, node: RealNode
+) -> None:
     job_id = shoal.client.submit(PING_PONG)[0]["id"]
     done = shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=120)
     logs = {
@@ -135,7 +138,9 @@ def test_an_exit_code_fails_the_role_and_the_job_with_it(shoal: KubeShoal) -> No
     text = "version: 1\nname: three\nroles:\n  w:\n    command: echo failing; exit 3\n"
     job_id = shoal.client.submit(text)[0]["id"]
     done = shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=60)
-    assert (done["state"], done["exitCode"], done["exitClass"]) == ("FAILED", 3, "USER_FAILURE"), done
+    assert (done["state"], done["exitCode"], done["exitClass"]) == ("FAILED", 3, "USER_FAILURE"), (
+        done
+    )
     assert shoal.client.logs(job_id, "w", 0)["data"] == "failing\n"
 
 
@@ -178,4 +183,3 @@ def test_logs_follow_exec_works_and_logs_outlive_the_pod(shoal: KubeShoal) -> No
     shoal.wait_job(job_id, ("STOPPED",), timeout=60)
     wait_for(lambda: not shoal.pods_of(job_id), 30, "the stopped job's Pod deleted")
     assert shoal.client.logs(job_id, "w", 0)["data"].startswith("line 1\nline 2\nline 3\n")
-

@@ -26,7 +26,7 @@ from shoal import __version__
 from shoal.agent.identity import Connection
 from shoal.kubernetes import status
 from shoal.kubernetes.exec import PodExec
-from shoal.kubernetes.launcher import LaunchFailed, Launcher
+from shoal.kubernetes.launcher import Launcher, LaunchFailed
 from shoal.kubernetes.logs import Follower
 from shoal.kubernetes.nodes import agent_node, foreign_requests, is_ours, wanted
 from shoal.kubernetes.options import ATTEMPT, INSTANCE, JOB, KubernetesOptions
@@ -39,6 +39,7 @@ from shoal.protocol import (
     OrdersResponse,
     ReportRequest,
     ReportResponse,
+    RunningReport,
 )
 
 log = logging.getLogger("shoal.kubernetes")
@@ -177,7 +178,7 @@ class KubernetesAgent:
                 continue
             report = status.running_report(facts)
             if report is None and facts.started_at is not None:  # ended, its log still shipping
-                report = status.RunningReport(
+                report = RunningReport(
                     attempt_id=facts.attempt_id,
                     pid=0,
                     started_at=facts.started_at,

@@ -74,7 +74,7 @@ class PodExec:
                 ws.close()
 
     def _open(self) -> Any:
-        from kubernetes.stream import stream  # type: ignore[import-untyped]
+        from kubernetes.stream import stream
 
         marked = ["env", f"{EXEC_MARKER}={self.order.session_id}", *self.order.argv]
         remote = stream(

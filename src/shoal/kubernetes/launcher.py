@@ -8,6 +8,7 @@ while a Pod that names it is being created.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import defaultdict
@@ -132,8 +133,6 @@ def _refusal(exc: Exception) -> str:
     body = getattr(exc, "body", None)
     message = None
     if isinstance(body, str | bytes):
-        import json
-
         try:
             message = json.loads(body).get("message")
         except (ValueError, AttributeError):

@@ -59,9 +59,8 @@ class Follower:
                     if getattr(exc, "status", None) == 404:
                         return  # the Pod is gone: what was sent is all there is
                     log.debug("log of %s: %s", self.name, exc)
-                if self.ended():
-                    if self._read_rest():
-                        return
+                if self.ended() and self._read_rest():
+                    return
                 self.stopping.wait(retry)
                 retry = min(retry * 2, MAX_RETRY_S)
         finally:

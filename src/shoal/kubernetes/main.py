@@ -26,7 +26,7 @@ def api_client(options: KubernetesOptions) -> Any:
     """A ``kubernetes.client.ApiClient`` from the kubeconfig given, else in-cluster config (in a
     Pod), else ``$KUBECONFIG`` or ~/.kube/config."""
     try:
-        from kubernetes import client, config  # type: ignore[import-untyped]
+        from kubernetes import client, config
     except ImportError as exc:
         raise KubernetesConfigError(
             "the Kubernetes client is not installed: pip install 'shoal[kubernetes]'"
@@ -70,7 +70,6 @@ def check_access(core: Any, options: KubernetesOptions) -> None:
 def run(server: str, token_file: Path, options: KubernetesOptions, watch_fd: int | None) -> int:
     """Serve until SIGTERM/SIGINT, or until ``watch_fd`` (a pipe from the parent) closes."""
     from kubernetes import client
-
     from shoal.kubernetes.agent import KubernetesAgent
 
     token = token_file.read_text().strip()
@@ -80,7 +79,9 @@ def run(server: str, token_file: Path, options: KubernetesOptions, watch_fd: int
         if ca.is_file():
             import ssl
 
-            connection = Connection(connection.server, connection.headers, ssl.create_default_context(cafile=str(ca)))
+            connection = Connection(
+                connection.server, connection.headers, ssl.create_default_context(cafile=str(ca))
+            )
     core = client.CoreV1Api(api_client(options))
     check_access(core, options)
     agent = KubernetesAgent(connection, core, options, AGENT_ID)

@@ -28,7 +28,7 @@ READINESS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 
 def quantity(value: object) -> Decimal:
     """A Kubernetes quantity (``500m``, ``4Gi``, ``2``) as a number."""
-    from kubernetes.utils import parse_quantity  # type: ignore[import-untyped]
+    from kubernetes.utils import parse_quantity
 
     return Decimal(parse_quantity(value))
 
@@ -100,7 +100,11 @@ def foreign_requests(pods: Iterable[Any], options: KubernetesOptions) -> dict[st
     held: dict[str, Requests] = {}
     for pod in pods:
         node = pod.spec.node_name
-        if not node or is_ours(pod, options) or (pod.status and pod.status.phase in TERMINAL_PHASES):
+        if (
+            not node
+            or is_ours(pod, options)
+            or (pod.status and pod.status.phase in TERMINAL_PHASES)
+        ):
             continue
         held.setdefault(node, Requests()).add(pod_requests(pod))
     return held

@@ -31,7 +31,13 @@ CANNOT_START = {
     "RunContainerError": "its container could not be run",
 }
 # Pod reasons set by a kubelet that refused or evicted the Pod: the platform's doing.
-PLATFORM_REASONS = ("Evicted", "OutOfcpu", "OutOfmemory", "NodeAffinity", "UnexpectedAdmissionError")
+PLATFORM_REASONS = (
+    "Evicted",
+    "OutOfcpu",
+    "OutOfmemory",
+    "NodeAffinity",
+    "UnexpectedAdmissionError",
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,9 @@ def running_report(pod: PodFacts) -> RunningReport | None:
     """A report for a Pod whose task container runs (None: not started, or ended)."""
     if pod.phase != "Running" or pod.started_at is None or pod.exit_code is not None:
         return None
-    return RunningReport(attempt_id=pod.attempt_id, pid=0, started_at=pod.started_at, epoch=pod.epoch)
+    return RunningReport(
+        attempt_id=pod.attempt_id, pid=0, started_at=pod.started_at, epoch=pod.epoch
+    )
 
 
 def launch_failure(pod: PodFacts) -> str | None:
@@ -157,7 +165,9 @@ def gone_report(pod: PodFacts, now: float) -> ExitReport:
         "finished_at": now,
     }
     if pod.stop_requested:
-        return ExitReport(exit_code=pod.exit_code, signal=pod.signal or 15, stop_requested=True, **base)
+        return ExitReport(
+            exit_code=pod.exit_code, signal=pod.signal or 15, stop_requested=True, **base
+        )
     where = f" on node {pod.node}" if pod.node else ""
     return ExitReport(
         exit_code=None,

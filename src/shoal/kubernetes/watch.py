@@ -122,7 +122,7 @@ class Cache:
         self.synced.set()
 
     def _watch_once(self) -> None:
-        from kubernetes import watch  # type: ignore[import-untyped]
+        from kubernetes import watch
 
         self._watch = watch.Watch()
         stream = self._watch.stream(

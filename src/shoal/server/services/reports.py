@@ -350,7 +350,9 @@ def _note_platform_hold(session: Session, node: Node, hold: str | None, now: flo
     """The platform started or stopped keeping new tasks off the node (a Kubernetes cordon)."""
     node.platform_hold = hold
     if hold is None:
-        record_node_event(session, node.name, now, "platform_released", "its platform takes new tasks again")
+        record_node_event(
+            session, node.name, now, "platform_released", "its platform takes new tasks again"
+        )
     else:
         record_node_event(session, node.name, now, "platform_hold", f"no new tasks: {hold}")
 

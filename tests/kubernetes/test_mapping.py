@@ -1,0 +1,241 @@
+"""The pure mappings, without a cluster: a Node as a shoal node, a launch order as a Pod (and its
+Secret), a Pod's state as shoal's running and exit reports."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from shoal.kubernetes import pods, status
+from shoal.kubernetes.nodes import agent_node, foreign_requests, pod_requests
+from shoal.kubernetes.options import KubernetesOptions
+from shoal.protocol import LaunchOrder, TaskLimits
+
+OPTIONS = KubernetesOptions(namespace="shoal", tolerated_taints=("nvidia.com/gpu",))
+
+
+def node(
+    name: str = "n1",
+    ready: str = "True",
+    unschedulable: bool = False,
+    taints: list[client.V1Taint] | None = None,
+) -> client.V1Node:
+    return client.V1Node(
+        metadata=client.V1ObjectMeta(name=name, labels={"nvidia.com/gpu.product": "H100"}),
+        spec=client.V1NodeSpec(unschedulable=unschedulable, taints=taints),
+        status=client.V1NodeStatus(
+            allocatable={"cpu": "7500m", "memory": "32Gi", "nvidia.com/gpu": "4"},
+            conditions=[client.V1NodeCondition(type="Ready", status=ready)],
+            addresses=[
+                client.V1NodeAddress(type="Hostname", address=name),
+                client.V1NodeAddress(type="InternalIP", address="198.18.7.7"),
+            ],
+        ),
+    )
+
+
+def a_pod(
+    node_name: str = "n1",
+    namespace: str = "default",
+    labels: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    phase: str = "Running",
+) -> client.V1Pod:
+    resources = client.V1ResourceRequirements(requests=requests, limits=limits)
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p", namespace=namespace, labels=labels or {}),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            containers=[client.V1Container(name="c", image="x", resources=resources)],
+        ),
+        status=client.V1PodStatus(phase=phase),
+    )
+
+
+def test_a_node_offers_its_allocatable_less_what_other_pods_request() -> None:
+    others = [
+        a_pod(requests={"cpu": "500m", "memory": "1Gi"}, limits={"nvidia.com/gpu": "1"}),
+        a_pod(requests={"cpu": "4"}, phase="Succeeded"),  # finished: holds nothing
+        a_pod(namespace="shoal", labels={"shoal.dev/instance": "shoal"}, requests={"cpu": "1"}),
+    ]
+    held = foreign_requests(others, OPTIONS)
+    reported = agent_node(node(), held["n1"], OPTIONS)
+    assert (reported.cpu_millis, reported.memory_mib, reported.gpu_indices) == (
+        7000,
+        31744,
+        [0, 1, 2],
+    )
+    assert reported.gpu_type == "H100" and reported.address == "198.18.7.7"
+    assert reported.ready and reported.platform_hold is None
+
+
+def test_a_pod_holds_the_larger_of_its_containers_and_its_init_container() -> None:
+    pod = a_pod(requests={"cpu": "1", "memory": "100Mi"})
+    pod.spec.init_containers = [
+        client.V1Container(name="i", resources=client.V1ResourceRequirements(requests={"cpu": "2"}))
+    ]
+    held = pod_requests(pod)
+    assert (held.cpu_millis, held.memory_mib) == (2000, 100)
+
+
+def test_not_ready_cordoned_and_tainted_nodes() -> None:
+    assert not agent_node(node(ready="Unknown"), None, OPTIONS).ready
+    cordoned = agent_node(node(unschedulable=True), None, OPTIONS)
+    assert cordoned.platform_hold == "cordoned in Kubernetes (spec.unschedulable)"
+    taint = client.V1Taint(key="dedicated", value="infra", effect="NoSchedule")
+    tainted = agent_node(node(taints=[taint]), None, OPTIONS)
+    assert tainted.platform_hold == "tainted dedicated=infra:NoSchedule in Kubernetes"
+    tolerated = [
+        client.V1Taint(key="nvidia.com/gpu", effect="NoSchedule"),
+        client.V1Taint(key="node.kubernetes.io/not-ready", effect="NoExecute"),
+        client.V1Taint(key="soft", effect="PreferNoSchedule"),
+    ]
+    assert agent_node(node(taints=tolerated), None, OPTIONS).platform_hold is None
+
+
+def order(**changes: Any) -> LaunchOrder:
+    fields: dict[str, Any] = {
+        "attempt_id": "41.2",
+        "job_id": "17",
+        "role": "Learner_Main",
+        "index": 3,
+        "node": "n1",
+        "command": "python train.py --token <% $secrets.token %>",
+        "env": {
+            "SHOAL_USER": "alice",
+            "SHOAL_VIRTUAL_CLUSTER": "team-a",
+            "SHOAL_JOB_ATTEMPT": "2",
+            "CUDA_VISIBLE_DEVICES": "3",
+        },
+        "hostfile": "n1 slots=1\n",
+        "has_code": False,
+        "kill_grace_s": 7.5,
+        "secrets": {"<% $secrets.token %>": "s3cret"},
+        "epoch": 4,
+        "limits": TaskLimits(cpu_millis=1500, memory_mib=2048, pids=4096, gpu_indices=[3]),
+        "ports": {"http": [20001]},
+        "image_name": "pytorch:2",
+    }
+    return LaunchOrder(**(fields | changes))
+
+
+def test_a_launch_order_as_a_pod() -> None:
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "shoal-job-17", "uid": "u"}
+    body = pods.pod(order(), OPTIONS, owner)
+    assert body["metadata"]["name"] == "shoal-17-learner-main-3-41-2"
+    labels = body["metadata"]["labels"]
+    assert labels["shoal.dev/attempt-id"] == "41.2" and labels["shoal.dev/role"] == "Learner_Main"
+    assert labels["shoal.dev/user"] == "alice" and labels["shoal.dev/virtual-cluster"] == "team-a"
+    assert body["metadata"]["annotations"]["shoal.dev/epoch"] == "4"
+    assert body["metadata"]["ownerReferences"] == [owner]
+    spec = body["spec"]
+    assert spec["nodeName"] == "n1" and spec["restartPolicy"] == "Never"
+    assert spec["terminationGracePeriodSeconds"] == 7 and spec["hostNetwork"] is True
+    assert spec["automountServiceAccountToken"] is False
+    (container,) = spec["containers"]
+    assert container["image"] == "pytorch:2"
+    wanted = {"cpu": "1500m", "memory": "2048Mi", "nvidia.com/gpu": "1"}
+    assert container["resources"] == {"requests": wanted, "limits": wanted}
+    env = {e["name"]: e for e in container["env"]}
+    assert "CUDA_VISIBLE_DEVICES" not in env  # the device plugin chooses the GPUs
+    assert env["SHOAL_COMMAND_WITH_SECRETS"]["valueFrom"]["secretKeyRef"]["name"] == (
+        "shoal-17-learner-main-3-41-2"
+    )
+    assert "s3cret" not in str(body), "no secret value in a Pod spec"
+    assert spec["volumes"][1]["configMap"]["items"] == [{"key": "hostfile-2", "path": "hostfile"}]
+
+
+def test_secrets_go_to_a_secret_and_plain_commands_stay_inline() -> None:
+    owner = {"name": "shoal-job-17"}
+    secret = pods.command_secret(order(), OPTIONS, owner)
+    assert secret is not None
+    assert secret["stringData"] == {"command": "python train.py --token s3cret"}
+    plain = order(secrets={}, command="echo hi")
+    assert pods.command_secret(plain, OPTIONS, owner) is None
+    assert pods.pod(plain, OPTIONS, owner)["spec"]["containers"][0]["command"] == [
+        "/bin/sh",
+        "-c",
+        "echo hi",
+    ]
+
+
+def test_names_fit_a_dns_label_and_stay_unique_per_attempt() -> None:
+    long = order(job_id="x" * 200, role="r" * 200)
+    name = pods.pod_name(long)
+    assert len(name) <= 63 and name.endswith("-3-41-2")
+    assert pods.pod_name(order(attempt_id="41.3")) != pods.pod_name(order())
+    assert len(pods.label_value("a" * 100)) <= 63
+
+
+def test_code_and_data_are_refused_with_the_way_out() -> None:
+    why = pods.unsupported(order(has_code=True))
+    assert why is not None and "codeDir" in why and "image" in why
+
+
+def finished_pod(
+    phase: str,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    pod_reason: str | None = None,
+    waiting: str | None = None,
+    stop: bool = False,
+) -> client.V1Pod:
+    started = datetime(2026, 11, 27, 3, 0, 0, tzinfo=UTC)
+    state = client.V1ContainerState()
+    if exit_code is not None:
+        state.terminated = client.V1ContainerStateTerminated(
+            exit_code=exit_code, reason=reason, started_at=started, finished_at=started
+        )
+    elif waiting is not None:
+        state.waiting = client.V1ContainerStateWaiting(reason=waiting, message="not found")
+    else:
+        state.running = client.V1ContainerStateRunning(started_at=started)
+    annotations = {"shoal.dev/epoch": "2"} | ({"shoal.dev/stop-requested": "true"} if stop else {})
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="p", labels={"shoal.dev/attempt-id": "5.1"}, annotations=annotations
+        ),
+        spec=client.V1PodSpec(
+            node_name="n1", containers=[client.V1Container(name="task", image="img:1")]
+        ),
+        status=client.V1PodStatus(
+            phase=phase,
+            reason=pod_reason,
+            container_statuses=[
+                client.V1ContainerStatus(
+                    name="task", state=state, image="img:1", image_id="", ready=False,
+                    restart_count=0,
+                )
+            ],
+        ),
+    )  # fmt: skip
+
+
+def test_pod_states_as_reports() -> None:
+    running = status.facts(finished_pod("Running"))
+    report = status.running_report(running)
+    assert report is not None and report.epoch == 2 and report.started_at == 1795748400.0
+    assert status.exit_report(running, 0) is None
+
+    failed = status.exit_report(status.facts(finished_pod("Failed", 3, "Error")), 0)
+    assert failed is not None and failed.exit_code == 3 and not failed.oom_killed
+    oom = status.exit_report(status.facts(finished_pod("Failed", 137, "OOMKilled")), 0)
+    assert oom is not None and oom.oom_killed
+    evicted = status.exit_report(status.facts(finished_pod("Failed", pod_reason="Evicted")), 0)
+    assert evicted is not None and evicted.lost and "Evicted" in (evicted.lost_reason or "")
+    late = status.exit_report(
+        status.facts(finished_pod("Failed", pod_reason="DeadlineExceeded")), 0
+    )
+    assert late is not None and late.timed_out
+    pull = status.exit_report(status.facts(finished_pod("Pending", waiting="ErrImageNeverPull")), 0)
+    assert pull is not None and "img:1" in (pull.launch_error or "")
+
+
+def test_a_pod_gone_is_stopped_when_shoal_asked_and_lost_otherwise() -> None:
+    asked = status.gone_report(status.facts(finished_pod("Running", stop=True)), 9.0)
+    assert asked.stop_requested and not asked.lost
+    taken = status.gone_report(status.facts(finished_pod("Running")), 9.0)
+    assert taken.lost and "deleted outside shoal" in (taken.lost_reason or "")
