@@ -142,10 +142,12 @@ class Cache:
                 if raw.get("code") == 410:
                     raise Expired()
                 raise RuntimeError(f"watch error: {raw.get('message') or raw}")
-            version = obj.metadata.resource_version
-            if kind == "BOOKMARK":
-                self._version = version or self._version
+            if kind == "BOOKMARK":  # the client leaves a bookmark's object a plain dict
+                meta = obj.get("metadata", {}) if isinstance(obj, dict) else obj.metadata
+                version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                self._version = version or getattr(meta, "resource_version", None) or self._version
                 continue
+            version = obj.metadata.resource_version
             key = _key(obj)
             with self._lock:
                 old = self._objects.get(key)
