@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-
 from shoal.kubernetes import pods, status
 from shoal.kubernetes.nodes import agent_node, foreign_requests, pod_requests
 from shoal.kubernetes.options import KubernetesOptions

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -183,3 +184,51 @@ def test_logs_follow_exec_works_and_logs_outlive_the_pod(shoal: KubeShoal) -> No
     shoal.wait_job(job_id, ("STOPPED",), timeout=60)
     wait_for(lambda: not shoal.pods_of(job_id), 30, "the stopped job's Pod deleted")
     assert shoal.client.logs(job_id, "w", 0)["data"].startswith("line 1\nline 2\nline 3\n")
+
+
+OUT_OF_SERVICE = {
+    "key": "node.kubernetes.io/out-of-service",
+    "value": "nodeshutdown",
+    "effect": "NoExecute",
+}
+
+
+def test_a_stopped_kubelet_starts_no_second_attempt_until_the_pod_is_confirmed_gone(
+    shoal: KubeShoal, node: RealNode
+) -> None:
+    """Last in this module: it stops the node's kubelet. A Pod on a node that stopped answering
+    may still run (kubernetes#54368): shoal keeps its task until the Pod is gone, here through
+    the out-of-service taint an administrator sets once the machine is known to be off."""
+    text = "version: 1\nname: steady\nretries: 1\nroles:\n  w:\n    command: sleep 600\n"
+    job_id = shoal.client.submit(text)[0]["id"]
+    shoal.wait_running(job_id)
+    (first,) = shoal.pods_of(job_id)
+    node.stop_kubelet()
+    try:
+        wait_for(lambda: shoal.node(NODE_NAME)["state"] == "NOT_READY", 90, "NOT_READY", 0.5)
+        time.sleep(10)  # a while longer: nothing may start a second attempt meanwhile
+        job = shoal.client.job(job_id)
+        assert (job["attempt"], job["tasks"][0]["attempt"], job["tasks"][0]["state"]) == (
+            1,
+            1,
+            "RUNNING",
+        ), job
+        assert [p.metadata.name for p in shoal.pods_of(job_id)] == [first.metadata.name]
+        shoal.core.patch_node(NODE_NAME, {"spec": {"taints": [OUT_OF_SERVICE]}})
+        # Kubernetes force-deletes the Pod (pod GC, every 20 s); then the task is lost ...
+        def requeued() -> bool:
+            return shoal.client.job(job_id)["state"] == "WAITING"
+
+        wait_for(requeued, 90, "the job requeued after its lost task", 0.5)
+        assert not shoal.pods_of(job_id), "no new Pod while the node is out of service"
+    finally:
+        shoal.core.patch_node(NODE_NAME, {"spec": {"taints": None}})
+        node.start_kubelet()
+    # ... and runs again once the node is back
+    shoal.wait_running(job_id, timeout=90)
+    (second,) = shoal.pods_of(job_id)
+    assert second.metadata.name != first.metadata.name
+    exited = [e["message"] for e in shoal.client.events(job_id) if e["kind"] == "exited"]
+    assert "PLATFORM_FAILURE" in exited[0] and "lost: " in exited[0], exited
+    shoal.client.stop(job_id)
+    shoal.wait_job(job_id, ("STOPPED",), timeout=60)

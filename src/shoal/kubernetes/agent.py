@@ -29,7 +29,7 @@ from shoal.kubernetes.exec import PodExec
 from shoal.kubernetes.launcher import Launcher, LaunchFailed
 from shoal.kubernetes.logs import Follower
 from shoal.kubernetes.nodes import agent_node, foreign_requests, is_ours, wanted
-from shoal.kubernetes.options import ATTEMPT, INSTANCE, JOB, KubernetesOptions
+from shoal.kubernetes.options import ATTEMPT, JOB, KubernetesOptions
 from shoal.kubernetes.watch import Cache
 from shoal.protocol import (
     ExitReport,
@@ -164,20 +164,21 @@ class KubernetesAgent:
             if wanted(node)
         ]
         now = time.monotonic()
+        running: list[RunningReport] = []
         with self._lock:
-            exited = [
-                report
-                for attempt_id, report in self._exits.items()
-                if self._log_shipped(attempt_id, now)
-            ]
-        reported = {e.attempt_id for e in exited}
-        running = []
+            exited = []
+            for attempt_id, ended in self._exits.items():
+                if self._log_shipped(attempt_id, now):
+                    exited.append(ended)
+                elif ended.started_at is not None:  # ended, its log still shipping: running
+                    running.append(_still_running(ended))
+        reported = {e.attempt_id for e in exited} | {r.attempt_id for r in running}
         for pod in self._own_pods():
             facts = status.facts(pod)
             if facts.attempt_id in reported or facts.attempt_id in self._acked:
                 continue
             report = status.running_report(facts)
-            if report is None and facts.started_at is not None:  # ended, its log still shipping
+            if report is None and facts.started_at is not None:  # ended: its exit comes next
                 report = RunningReport(
                     attempt_id=facts.attempt_id,
                     pid=0,
@@ -350,5 +351,9 @@ class KubernetesAgent:
         response.raise_for_status()
 
 
-def instance_selector(options: KubernetesOptions) -> str:
-    return f"{INSTANCE}={options.instance}"
+def _still_running(report: ExitReport) -> RunningReport:
+    """An ended attempt whose exit waits for its log: the server must not think it vanished."""
+    assert report.started_at is not None
+    return RunningReport(
+        attempt_id=report.attempt_id, pid=0, started_at=report.started_at, epoch=report.epoch or 0
+    )
