@@ -215,6 +215,7 @@ def test_a_stopped_kubelet_starts_no_second_attempt_until_the_pod_is_confirmed_g
         ), job
         assert [p.metadata.name for p in shoal.pods_of(job_id)] == [first.metadata.name]
         shoal.core.patch_node(NODE_NAME, {"spec": {"taints": [OUT_OF_SERVICE]}})
+
         # Kubernetes force-deletes the Pod (pod GC, every 20 s); then the task is lost ...
         def requeued() -> bool:
             return shoal.client.job(job_id)["state"] == "WAITING"

@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING
 import typer
 
 from shoal.cli.common import SCHEDULER_OPTION, RuntimeChoice, SchedulerPlace, fail
+from shoal.cli.kubernetes_commands import (
+    KubernetesArgs,
+    kubeconfig_option,
+    namespace_option,
+)
+from shoal.cli.kubernetes_commands import options as k8s_options
 from shoal.cli.render import console
 from shoal.paths import DEFAULT_PORT, default_home
 
@@ -157,9 +163,26 @@ def start(
     rate_anonymous: int | None = _limit(
         "--rate-limit-anonymous", "Requests/min per address without a token (600)."
     ),
+    kubernetes: bool = typer.Option(
+        False,
+        "--kubernetes",
+        help="Also run jobs as Pods on a Kubernetes cluster's Nodes (docs/kubernetes.md).",
+    ),
+    kubeconfig: str | None = kubeconfig_option(),
+    namespace: str = namespace_option(),
+    node_selector: str = typer.Option(
+        "", "--node-selector", help="With --kubernetes: only Nodes with these labels."
+    ),
+    default_image: str | None = typer.Option(
+        None, "--default-image", help="With --kubernetes: the image of jobs that name none."
+    ),
+    image_pull_policy: str | None = typer.Option(
+        None, "--image-pull-policy", help="With --kubernetes: Always, IfNotPresent or Never."
+    ),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
-    certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off."""
+    certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off.
+    With --kubernetes, the Kubernetes agent runs beside it (docs/kubernetes.md)."""
     from shoal.local.supervisor import port_in_use
     from shoal.server.app import make_server, prepare
     from shoal.server.ca import PkiFiles, server_hosts
@@ -180,6 +203,19 @@ def start(
         )
     if port_in_use("127.0.0.1" if host in WILDCARDS else host, port):
         raise fail(f"--port {port}: port {port} on {host} is in use; pick another with --port")
+    k8s_argv = None
+    if kubernetes:
+        args = KubernetesArgs(
+            kubeconfig=kubeconfig,
+            namespace=namespace,
+            node_selector=node_selector,
+            default_image=default_image,
+            image_pull_policy=image_pull_policy,
+        )
+        k8s_options(args)  # a typo in an option is said now, before anything starts
+        k8s_argv = args.argv()
+    elif kubeconfig is not None or namespace != "default":
+        raise fail("--kubeconfig and --namespace go with --kubernetes")
     settings = ServerSettings(
         home=home,
         host=host,
@@ -189,6 +225,7 @@ def start(
         tls=True,
         scheduler=scheduler.value,
         default_runtime=default_runtime.value,
+        kubernetes=kubernetes,
     )
     settings = _with_limits(
         settings,
@@ -207,4 +244,18 @@ def start(
     url = f"https://{local}:{port}"
     (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))
     console.print(f"shoal server on {settings.url} (HTTPS; CA {files.ca_cert})", markup=False)
-    make_server(ctx, log_level="warning").run()
+    child = None
+    if k8s_argv is not None:
+        from shoal.kubernetes.child import AgentChild
+
+        token = home / "kubernetes.token"
+        child = AgentChild(url, token, k8s_argv, home / "kubernetes-agent.log")
+        child.start()
+        console.print(
+            f"Kubernetes agent: namespace {namespace}, log {home / 'kubernetes-agent.log'}"
+        )
+    try:
+        make_server(ctx, log_level="warning").run()
+    finally:
+        if child is not None:
+            child.stop()
