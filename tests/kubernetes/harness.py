@@ -229,6 +229,7 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"--service-account-private-key-file={self.root / 'sa.key'}",
+                f"--root-ca-file={self.ca}",  # what Pods get as their ServiceAccount's ca.crt
                 "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
@@ -236,6 +237,20 @@ class ControlPlane:
                 "--node-monitor-grace-period=16s",
             ],
             self.root / "kube-controller-manager.log",
+        )
+
+    def start_scheduler(self) -> None:
+        """kube-scheduler, for what shoal does not place itself (the server's own Deployment)."""
+        self.processes["kube-scheduler"] = Process(
+            "kube-scheduler",
+            [
+                str(BIN / "kube-scheduler"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+            ],
+            self.root / "kube-scheduler.log",
         )
 
     def _default_account(self) -> bool:

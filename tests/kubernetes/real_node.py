@@ -153,17 +153,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             cwd=scratch,
         )
         for image in (PAUSE, BUSYBOX, PYTHON):
-            archive = scratch / (image.rsplit("/", 1)[1].replace(":", "-") + ".tar")
-            subprocess.run(
-                ["podman", "save", "-q", "--format", "docker-archive", "-o", str(archive), image],
-                check=True,
-                capture_output=True,
-                cwd=scratch,
-            )
-            done = self._ctr("images", "import", "--no-unpack=false", str(archive))
-            if done.returncode != 0:
-                raise RuntimeError(f"ctr images import {image}: {done.stderr}")
-            archive.unlink()
+            self.import_image(image)
+
+    def import_image(self, image: str) -> None:
+        """A podman image into the node's containerd (``imagePullPolicy: Never`` finds it)."""
+        scratch = self.root / "images"
+        scratch.mkdir(exist_ok=True)
+        archive = scratch / (image.rsplit("/", 1)[1].replace(":", "-") + ".tar")
+        subprocess.run(
+            ["podman", "save", "-q", "--format", "docker-archive", "-o", str(archive), image],
+            check=True,
+            capture_output=True,
+            cwd=scratch,
+        )
+        done = self._ctr("images", "import", str(archive))
+        archive.unlink()
+        if done.returncode != 0:
+            raise RuntimeError(f"ctr images import {image}: {done.stderr}")
 
     def _start_kubelet(self) -> None:
         config = {

@@ -5,15 +5,22 @@ TCP, logs that follow and outlive their Pods, and exec through ``pods/exec``."""
 from __future__ import annotations
 
 import os
+import shutil
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 
-from tests.kubernetes.conftest import KubeShoal, running_shoal
-from tests.kubernetes.harness import ControlPlane, wait_for
+from shoal.client import ShoalClient
+from tests.kubernetes import shoal_image
+from tests.kubernetes.conftest import REPO, KubeShoal, running_shoal
+from tests.kubernetes.harness import ControlPlane, free_port, wait_for
 from tests.kubernetes.real_node import BUSYBOX, NODE_NAME, PYTHON, RealNode, missing
 
 SERVER = (
@@ -184,6 +191,110 @@ def test_logs_follow_exec_works_and_logs_outlive_the_pod(shoal: KubeShoal) -> No
     shoal.wait_job(job_id, ("STOPPED",), timeout=60)
     wait_for(lambda: not shoal.pods_of(job_id), 30, "the stopped job's Pod deleted")
     assert shoal.client.logs(job_id, "w", 0)["data"].startswith("line 1\nline 2\nline 3\n")
+
+
+def test_the_deployment_manifest_runs_the_server_in_a_pod_on_the_node(
+    plane: ControlPlane, node: RealNode, tmp_path: Path
+) -> None:
+    """deploy/kubernetes/server applied as it is, with a test overlay: the image built here (no
+    registry), host network and the API server's address (the test cluster has no kube-proxy
+    for the `kubernetes` Service), a free port, a hostPath volume for the store."""
+    node.import_image(shoal_image.build(tmp_path / "image"))
+    plane.start_scheduler()  # the Deployment's Pod is placed by kube-scheduler, not by shoal
+    tree = tmp_path / "deploy"
+    shutil.copytree(REPO / "deploy", tree)
+    port = free_port()
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    plane.core().create_persistent_volume(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "shoal-test-home"},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "hostPath": {"path": str(volume)},
+                "persistentVolumeReclaimPolicy": "Retain",
+            },
+        }
+    )
+    overlay = tree / "overlay"
+    overlay.mkdir()
+    patch = [
+        {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
+        {"op": "add", "path": "/spec/template/spec/containers/0/imagePullPolicy", "value": "Never"},
+        {"op": "replace", "path": "/spec/template/spec/containers/0/resources", "value": {}},
+        *(
+            {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": v}
+            for v in (
+                {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": str(plane.api_port)},
+            )
+        ),
+        {
+            "op": "replace",
+            "path": "/spec/template/spec/containers/0/env/2/value",
+            "value": str(port),
+        },
+        {
+            "op": "replace",
+            "path": "/spec/template/spec/containers/0/ports/0/containerPort",
+            "value": port,
+        },
+    ]
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": ["../kubernetes/server"],
+                "images": [
+                    {
+                        "name": "shoal",
+                        "newName": shoal_image.IMAGE.rsplit(":", 1)[0],
+                        "newTag": "test",
+                    }
+                ],
+                "patches": [
+                    {
+                        "target": {"kind": "Deployment", "name": "shoal"},
+                        "patch": yaml.safe_dump(patch),
+                    }
+                ],
+            }
+        )
+    )
+    try:
+        plane.kubectl("apply", "-k", str(overlay))
+        plane.kubectl("-n", "shoal", "rollout", "status", "deployment/shoal", "--timeout=120s")
+        jsonpath = "jsonpath={.items[0].metadata.name} {.items[0].spec.nodeName}"
+        selector = "app.kubernetes.io/name=shoal"
+        pod = plane.kubectl("-n", "shoal", "get", "pods", "-l", selector, "-o", jsonpath)
+        name, where = pod.split()
+        assert where == NODE_NAME
+        ca = tmp_path / "ca.crt"
+        ca.write_text(
+            plane.kubectl(
+                "-n", "shoal", "exec", name, "--", "cat", "/var/lib/shoal/home/pki/ca.crt"
+            )
+        )
+        answer = httpx.get(
+            f"https://127.0.0.1:{port}/api/v1/health",
+            verify=ssl.create_default_context(cafile=str(ca)),
+            timeout=10,
+        )
+        assert answer.status_code == 200, answer.text
+        # its Kubernetes agent, in-cluster under the ServiceAccount, reports the node
+        token = plane.kubectl(
+            "-n", "shoal", "exec", name, "--", "cat", "/var/lib/shoal/home/admin.token"
+        )
+        inside = ShoalClient(f"https://127.0.0.1:{port}", token.strip(), ca=str(ca))
+        wait_for(
+            lambda: [n["name"] for n in inside.nodes()] == [NODE_NAME], 60, "the node, in-cluster"
+        )
+    finally:
+        plane.kubectl("delete", "-k", str(overlay), "--wait=true", "--timeout=60s")
+        plane.core().delete_persistent_volume("shoal-test-home")
+        plane.processes.pop("kube-scheduler").stop()
 
 
 OUT_OF_SERVICE = {
