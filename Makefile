@@ -139,7 +139,7 @@ format: setup
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
 test: lint $(TORCH_STAMP) system-deps containers k8s web
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-fast: lint
 	$(BIN)/python -m pytest -q tests/spec tests/core tests/cli tests/server

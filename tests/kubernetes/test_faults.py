@@ -19,6 +19,9 @@ from shoal.local.supervisor import alive
 from tests.kubernetes.conftest import NAMESPACE, KubeShoal, running_shoal
 from tests.kubernetes.harness import ControlPlane, Kwok, fake_node, wait_for
 
+# one worker runs the whole module: its cluster is started once (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("kubernetes-faults")
+
 
 @pytest.fixture(scope="module")
 def shoal(

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests.kubernetes.conftest import NAMESPACE, KubeShoal, running_shoal
-from tests.kubernetes.harness import ControlPlane, Kwok, fake_node, wait_for
+from tests.kubernetes.harness import ControlPlane, Kwok, decode, fake_node, wait_for
 
 GPU_LABEL = "nvidia.com/gpu.product"
+
+# one worker runs the whole module: its cluster is started once (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("kubernetes-kwok")
 
 
 def job(name: str, gpus: int, instances: int = 1, cpu: str = "1") -> str:
@@ -178,3 +181,29 @@ def test_quota_borrowing_and_reclaim_decide_which_pods_exist(shoal: KubeShoal) -
         return list(shoal.core.list_namespaced_config_map(NAMESPACE, label_selector=selector).items)
 
     wait_for(lambda: not owners(), 30, "each job's owner ConfigMap gone with its last Pod")
+
+
+def test_secrets_reach_the_pod_through_a_secret_never_its_spec(shoal: KubeShoal) -> None:
+    secret = "k8s-s3cret-value"
+    text = (
+        f"version: 1\nname: secretive\nsecrets: {{token: {secret}}}\nroles:\n  w:\n"
+        "    resources: {cpu: 1, memory: 1Gi}\n"
+        "    command: 'login --token {{ secrets.token }}; sleep 3600'\n"
+    )
+    job_id = shoal.client.submit(text)[0]["id"]
+    shoal.wait_running(job_id)
+    (pod,) = shoal.pods_of(job_id)
+    assert secret not in str(pod.to_dict()), "the value is in no Pod field"
+    env = {e.name: e for e in pod.spec.containers[0].env}
+    ref = env["SHOAL_COMMAND_WITH_SECRETS"].value_from.secret_key_ref
+    stored = shoal.core.read_namespaced_secret(ref.name, NAMESPACE)
+    assert decode(stored, ref.key) == f"login --token {secret}; sleep 3600"
+    assert stored.metadata.owner_references[0].name == f"shoal-job-{job_id}"
+    shoal.client.stop(job_id)
+    shoal.wait_job(job_id, ("STOPPED",))
+
+    def secret_gone() -> bool:
+        names = [s.metadata.name for s in shoal.core.list_namespaced_secret(NAMESPACE).items]
+        return ref.name not in names
+
+    wait_for(secret_gone, 30, "the attempt's Secret deleted with its Pod")

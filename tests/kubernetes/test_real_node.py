@@ -42,6 +42,9 @@ CLIENT = (
     "c.sendall(b'from ' + os.environ['PAI_TASK_INDEX'].encode()); print(c.recv(100).decode())\n"
 )
 
+# one worker runs the whole module: its cluster is started once (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("kubernetes-real-node")
+
 
 def indented(code: str) -> str:
     return "".join(f"        {line}\n" for line in code.splitlines())

@@ -17,6 +17,9 @@ from shoal.client import ShoalClient
 from tests.kubernetes.conftest import NAMESPACE
 from tests.kubernetes.harness import ControlPlane, Kwok, fake_node, free_port, wait_for
 
+# one worker runs the whole module: its cluster is started once (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("kubernetes-server-start")
+
 
 def shoal(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
