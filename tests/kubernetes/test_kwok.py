@@ -207,3 +207,23 @@ def test_secrets_reach_the_pod_through_a_secret_never_its_spec(shoal: KubeShoal)
         return ref.name not in names
 
     wait_for(secret_gone, 30, "the attempt's Secret deleted with its Pod")
+
+
+def test_openpai_kubernetes_routes_answer_with_the_clusters_objects(shoal: KubeShoal) -> None:
+    job_id = shoal.client.submit(job("openpai-view", 1))[0]["id"]
+    shoal.wait_running(job_id)
+    nodes = shoal.client._call("GET", "/api/v2/kubernetes/nodes")
+    by_name = {n["metadata"]["name"]: n for n in nodes["items"]}
+    assert set(by_name) == {"kw-a100", "kw-v100"}
+    # the Node as Kubernetes serves it: kwok's annotation, the allocatable as written
+    assert by_name["kw-a100"]["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert by_name["kw-a100"]["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    pods = shoal.client._call("GET", "/api/v2/kubernetes/pods")
+    (pod,) = [p for p in pods["items"] if p["metadata"]["labels"]["shoal.dev/job"] == job_id]
+    assert pod["spec"]["nodeName"] in by_name and pod["status"]["phase"] == "Running"
+    other = shoal.client._call(
+        "GET", "/api/v2/kubernetes/pods", params={"namespace": "kube-system"}
+    )
+    assert other["items"] == []
+    shoal.client.stop(job_id)
+    shoal.wait_job(job_id, ("STOPPED",))

@@ -317,6 +317,8 @@ def server(
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5),
     scheduler: SchedulerPlace = SCHEDULER_OPTION,
     kubernetes: bool = False,
+    kubeconfig: str | None = None,
+    namespace: str = "default",
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
@@ -330,6 +332,8 @@ def server(
         node_timeout_s=node_timeout,
         scheduler=scheduler.value,
         kubernetes=kubernetes,
+        kubeconfig=kubeconfig,
+        kubernetes_namespace=namespace,
     )
     try:
         ctx = prepare(settings)

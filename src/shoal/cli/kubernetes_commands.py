@@ -61,6 +61,11 @@ class KubernetesArgs:
         return [*args, "--no-logs"] if self.no_logs else args
 
 
+def k8s_kubeconfig(path: str | None) -> str | None:
+    """The kubeconfig as an absolute path (a server's working directory may differ)."""
+    return str(Path(path).expanduser().resolve()) if path else None
+
+
 def options(args: KubernetesArgs) -> typing.Any:
     """``KubernetesOptions``, or a clear error naming the option."""
     from shoal.kubernetes.options import DEFAULT_IMAGE, KubernetesOptions

@@ -16,6 +16,7 @@ import typer
 from shoal.cli.common import SCHEDULER_OPTION, RuntimeChoice, SchedulerPlace, fail
 from shoal.cli.kubernetes_commands import (
     KubernetesArgs,
+    k8s_kubeconfig,
     kubeconfig_option,
     namespace_option,
 )
@@ -57,13 +58,15 @@ def local_server(
     node_timeout: float = typer.Option(30.0, "--node-timeout", min=0.5, hidden=True),
     scheduler: SchedulerPlace = typer.Option(SchedulerPlace.PROCESS, "--scheduler", hidden=True),
     kubernetes: bool = typer.Option(False, "--kubernetes", hidden=True),
+    kubeconfig: str | None = typer.Option(None, "--kubeconfig", hidden=True),
+    namespace: str = typer.Option("default", "--namespace", hidden=True),
 ) -> None:
     """With no subcommand: the local-mode server in the foreground (what `shoal up` starts)."""
     if ctx.invoked_subcommand is not None:
         return
     from shoal.cli.cluster_commands import server
 
-    server(home, host, port, kill_grace, node_timeout, scheduler, kubernetes)
+    server(home, host, port, kill_grace, node_timeout, scheduler, kubernetes, kubeconfig, namespace)
 
 
 @server_app.command("init")
@@ -226,6 +229,8 @@ def start(
         scheduler=scheduler.value,
         default_runtime=default_runtime.value,
         kubernetes=kubernetes,
+        kubeconfig=k8s_kubeconfig(kubeconfig),
+        kubernetes_namespace=namespace,
     )
     settings = _with_limits(
         settings,

@@ -116,7 +116,7 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
         str(options.kill_grace_s),
         "--node-timeout",
         str(options.node_timeout_s),
-        *(["--kubernetes"] if kubernetes else []),
+        *(["--kubernetes", *_server_kubernetes_args(options.kubernetes)] if kubernetes else []),
     ]
     server = _spawn(server_args, home / "server.log")
     agent = _spawn(_agent_args(options, url), home / "agent.log")
@@ -172,6 +172,17 @@ def _agent_args(options: UpOptions, url: str) -> list[str]:
         if value is not None:
             args += [flag, str(value)]
     return args
+
+
+def _server_kubernetes_args(agent_args: tuple[str, ...] | None) -> list[str]:
+    """The agent's --kubeconfig and --namespace, which the server reads the cluster with too
+    (OpenPAI's /api/v2/kubernetes)."""
+    args = list(agent_args or ())
+    picked: list[str] = []
+    for flag in ("--kubeconfig", "--namespace"):
+        if flag in args[:-1]:
+            picked += [flag, args[args.index(flag) + 1]]
+    return picked
 
 
 def _ready_nodes(client: ShoalClient) -> int:

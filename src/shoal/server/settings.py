@@ -68,6 +68,8 @@ class ServerSettings:
     # Nodes from a Kubernetes cluster (docs/kubernetes.md): the server keeps a token for the
     # Kubernetes agent (HOME/kubernetes.token), which it may start beside itself.
     kubernetes: bool = False
+    kubeconfig: str | None = None  # None: in-cluster config, else $KUBECONFIG or ~/.kube/config
+    kubernetes_namespace: str = "default"
 
     @property
     def heartbeat_write_s(self) -> float:

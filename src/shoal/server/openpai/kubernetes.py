@@ -1,5 +1,7 @@
 """``/api/v2/kubernetes/nodes`` and ``/pods``: shoal's nodes and unfinished tasks in Kubernetes'
-list shapes (``NodeList``, ``PodList`` of core/v1), as OpenPAI served them from its cluster.
+list shapes (``NodeList``, ``PodList`` of core/v1), as OpenPAI served them from its cluster. On a
+server whose nodes are a Kubernetes cluster's (docs/kubernetes.md), the cluster's own Nodes and
+shoal's Pods, read from its API server (``shoal.kubernetes.objects``).
 
 A node's capacity is its cpu, memory and GPUs (``nvidia.com/gpu``); ``allocatable`` is what its
 unfinished tasks leave; its ``Ready`` condition is READY; ``spec.unschedulable`` is a cordon or
@@ -11,6 +13,8 @@ drain. A pod is one task's current attempt, in namespace ``default``, named
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter
@@ -23,6 +27,7 @@ from shoal.server.services.node_views import describe_nodes
 from shoal.store.models import Job, Task
 
 router = APIRouter(prefix="/api/v2/kubernetes", tags=["openpai"])
+log = logging.getLogger("shoal.server")
 NAMESPACE = "default"
 PHASES = {
     State.WAITING.value: "Pending",
@@ -32,6 +37,18 @@ PHASES = {
     State.FAILED.value: "Failed",
     State.STOPPED.value: "Failed",
 }
+
+
+def _from_cluster(read: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+    """What ``read`` gets from the Kubernetes API server; None (shoal's own view is served, and
+    the reason logged) if the server cannot be read."""
+    try:
+        from shoal.kubernetes import objects  # noqa: PLC0415 - only servers on Kubernetes
+
+        return read(objects)
+    except Exception as exc:
+        log.warning("the Kubernetes API server could not be read (%s): shoal's view is served", exc)
+        return None
 
 
 def _stamp(at: float | None) -> str | None:
@@ -79,6 +96,10 @@ def _node(node: NodeOut) -> dict[str, Any]:
 
 @router.get("/nodes", response_model=None)
 def nodes(ctx: Context, caller: Caller) -> dict[str, Any]:
+    if ctx.settings.kubernetes:  # the cluster's own Nodes
+        cluster = _from_cluster(lambda objects: objects.node_list(ctx.settings.kubeconfig))
+        if cluster is not None:
+            return cluster
     return {
         "kind": "NodeList",
         "apiVersion": "v1",
@@ -125,7 +146,20 @@ def _pod(task: Task, job: Job) -> dict[str, Any]:
 
 @router.get("/pods", response_model=None)
 def pods(ctx: Context, caller: Caller, namespace: str | None = None) -> dict[str, Any]:
-    """The current attempts of unfinished tasks (the caller's, or everyone's for an admin)."""
+    """The current attempts of unfinished tasks (the caller's, or everyone's for an admin); on
+    Kubernetes, shoal's Pods as the API server serves them."""
+    settings = ctx.settings
+    if settings.kubernetes:
+        if namespace not in (None, "", settings.kubernetes_namespace):
+            return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}
+        user = None if caller.is_admin else caller.user
+        cluster = _from_cluster(
+            lambda objects: objects.pod_list(
+                settings.kubeconfig, settings.kubernetes_namespace, user
+            )
+        )
+        if cluster is not None:
+            return cluster
     items: list[dict[str, Any]] = []
     if namespace in (None, "", NAMESPACE):
         unfinished = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
