@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes that shoal's Kubernetes tests run against, from the Go module proxy
 # (docs/kubernetes.md, "The test cluster"): etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet, kubectl and kwok. Nothing of it ships with shoal; it is a test harness.
+# kube-scheduler, kubelet, kubectl, kwok and CoreDNS. Nothing of it ships with shoal; it is a test harness.
 #
 # Everything is cached outside the clone, in $SHOAL_K8S_CACHE (default ~/.cache/shoal/k8s): the
 # Go module and build caches and the binaries, one folder per version. A second run finds the
@@ -16,6 +16,7 @@ STAGING_VERSION=v0.${K8S_VERSION#v1.}
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 KUEUE_VERSION=v0.17.0
+COREDNS_VERSION=v1.14.7
 CACHE=${SHOAL_K8S_CACHE:-$HOME/.cache/shoal/k8s}
 BIN=$CACHE/bin-$K8S_VERSION
 STAMP=$BIN/.built
@@ -124,6 +125,13 @@ build_kwok() {
     } >"$BIN/kwok-stages.yaml"
 }
 
+build_coredns() {
+    # cluster DNS, for the pod-network mode's Service names (docs/kubernetes.md)
+    [ -x "$BIN/coredns" ] && return 0
+    say "building coredns $COREDNS_VERSION"
+    GOBIN=$BIN go install -trimpath -ldflags "$LDFLAGS" "github.com/coredns/coredns@$COREDNS_VERSION"
+}
+
 build_kueue() {
     [ -x "$BIN/kueue" ] && return 0
     say "building kueue $KUEUE_VERSION"
@@ -135,7 +143,7 @@ if [ "${1:-}" = --kueue ]; then
     build_kueue
     exit 0
 fi
-if [ -f "$STAMP" ]; then
+if [ -f "$STAMP" ] && [ -x "$BIN/coredns" ]; then
     say "cached in $BIN"
     exit 0
 fi
@@ -143,5 +151,6 @@ start=$(date +%s)
 build_etcd
 build_kubernetes
 build_kwok
+build_coredns
 touch "$STAMP"
 say "built in $(($(date +%s) - start)) s into $BIN"

@@ -156,6 +156,23 @@ class AgentNode(BaseModel):
         description="Why the platform keeps new tasks off the node (a cordoned Kubernetes Node, "
         "a NoSchedule taint); None: it does not.",
     )
+    task_address: str | None = Field(
+        None,
+        description="How peers reach a task placed here, a pattern of {job}, {role} and {index} "
+        "(each a dns_label): a Kubernetes Pod's DNS name in the pod-network mode. None: at the "
+        "node's address.",
+    )
+
+
+def dns_label(text: str, limit: int = 40) -> str:
+    """``text`` as (part of) one DNS label: lower case letters, digits and dashes. The server
+    fills ``AgentNode.task_address`` with these and the agent names what it creates with them."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return cleaned[:limit].strip("-") or "x"
+
+
+def task_address(pattern: str, job_id: str, role: str, index: int) -> str:
+    return pattern.format(job=dns_label(job_id), role=dns_label(role), index=index)
 
 
 class RunningReport(BaseModel):

@@ -55,9 +55,11 @@ class KubeShoal:
     client: ShoalClient
     core: Any  # the cluster, as its admin
     plane: ControlPlane
+    instance: str = "shoal"
 
     def own_pods(self) -> list[Any]:
-        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector="shoal.dev/instance=shoal")
+        selector = f"shoal.dev/instance={self.instance}"
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector)
         return [p for p in pods.items if p.metadata.deletion_timestamp is None]
 
     def pods_of(self, job_id: str) -> list[Any]:
@@ -91,29 +93,38 @@ class KubeShoal:
         return found
 
 
-def start_shoal(plane: ControlPlane, home: Path, *extra: str) -> KubeShoal:
+def start_shoal(plane: ControlPlane, home: Path, *extra: str, instance: str = "shoal") -> KubeShoal:
     kubeconfig = plane.service_account_kubeconfig(NAMESPACE, "shoal")
-    argv = ("--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, *extra)
+    argv = (
+        "--kubeconfig",
+        str(kubeconfig),
+        "--namespace",
+        NAMESPACE,
+        "--instance",
+        instance,
+        *extra,
+    )
     options = UpOptions(home=home, port=0, kill_grace_s=2.0, kubernetes=argv)
     info = start_local(options, timeout_s=60)
     token = (home / "admin.token").read_text().strip()
-    return KubeShoal(home, ShoalClient(info.url, token), plane.core(), plane)
+    return KubeShoal(home, ShoalClient(info.url, token), plane.core(), plane, instance)
 
 
 @contextlib.contextmanager
-def running_shoal(plane: ControlPlane, home: Path, *extra: str) -> Iterator[KubeShoal]:
-    shoal = start_shoal(plane, home, *extra)
+def running_shoal(
+    plane: ControlPlane, home: Path, *extra: str, instance: str = "shoal"
+) -> Iterator[KubeShoal]:
+    shoal = start_shoal(plane, home, *extra, instance=instance)
     try:
         yield shoal
     finally:
         stop_local(home)
         # the Pods shoal left (a test that failed half-way): deleted with their owners
+        selector = f"shoal.dev/instance={instance}"
         with contextlib.suppress(Exception):
-            shoal.core.delete_collection_namespaced_config_map(
-                NAMESPACE, label_selector="shoal.dev/instance=shoal"
-            )
+            shoal.core.delete_collection_namespaced_config_map(NAMESPACE, label_selector=selector)
             shoal.core.delete_collection_namespaced_pod(
-                NAMESPACE, label_selector="shoal.dev/instance=shoal", grace_period_seconds=0
+                NAMESPACE, label_selector=selector, grace_period_seconds=0
             )
 
 

@@ -37,8 +37,9 @@ def missing() -> str | None:
     for tool in ("containerd", "ctr", "crun", "podman"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed: run `make k8s containers`"
-    if not (BIN / "kubelet").is_file():
-        return f"kubelet not built in {BIN}: run `make k8s`"
+    for binary in ("kubelet", "coredns"):
+        if not (BIN / binary).is_file():
+            return f"{binary} not built in {BIN}: run `make k8s`"
     if not Path("/usr/lib/cni/bridge").is_file():
         return "the CNI plugins are not installed: run `make k8s`"
     if Path("/proc/sys/kernel/panic_on_oops").read_text().strip() != "1":
@@ -63,6 +64,7 @@ class RealNode:
 
     def start(self) -> RealNode:
         self._add_address()
+        self._start_dns()
         self._start_containerd()
         self._import_images()
         self._start_kubelet()
@@ -79,6 +81,18 @@ class RealNode:
         if f"{self.address}/32" not in shown.stdout:
             subprocess.run(["ip", "addr", "add", f"{self.address}/32", "dev", "lo"], check=True)
             self._address_added = True
+
+    def _start_dns(self) -> None:
+        """CoreDNS on the node's address: Services and Pods by name (the pod-network mode)."""
+        corefile = self.root / "Corefile"
+        corefile.write_text(
+            f"cluster.local:53 {{\n  bind {self.address}\n  errors\n"
+            f"  kubernetes cluster.local {{\n    kubeconfig {self.plane.admin_kubeconfig} test\n"
+            "    pods insecure\n  }\n}\n"
+        )
+        self.processes["coredns"] = Process(
+            "coredns", [str(BIN / "coredns"), "-conf", str(corefile)], self.root / "coredns.log"
+        )
 
     def _start_containerd(self) -> None:
         cni = self.root / "cni"
@@ -199,6 +213,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "resolvConf": "",
+            "clusterDNS": [self.address],
+            "clusterDomain": "cluster.local",
             "localStorageCapacityIsolation": False,
             "nodeStatusUpdateFrequency": "2s",
             "makeIPTablesUtilChains": False,
@@ -235,6 +251,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if "containerd" in self.processes:
             self._remove_containers()
             self.processes["containerd"].stop()
+        if "coredns" in self.processes:
+            self.processes["coredns"].stop()
         _end_shims(self.root)
         if self._address_added:
             subprocess.run(["ip", "addr", "del", f"{self.address}/32", "dev", "lo"], check=False)

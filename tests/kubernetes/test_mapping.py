@@ -10,7 +10,7 @@ from kubernetes import client
 from shoal.kubernetes import pods, status
 from shoal.kubernetes.nodes import agent_node, foreign_requests, pod_requests
 from shoal.kubernetes.options import KubernetesOptions
-from shoal.protocol import LaunchOrder, TaskLimits
+from shoal.protocol import LaunchOrder, TaskLimits, task_address
 
 OPTIONS = KubernetesOptions(namespace="shoal", tolerated_taints=("nvidia.com/gpu",))
 
@@ -238,3 +238,19 @@ def test_a_pod_gone_is_stopped_when_shoal_asked_and_lost_otherwise() -> None:
     assert asked.stop_requested and not asked.lost
     taken = status.gone_report(status.facts(finished_pod("Running")), 9.0)
     assert taken.lost and "deleted outside shoal" in (taken.lost_reason or "")
+
+
+def test_the_pod_network_names_a_task_the_way_the_server_addresses_it() -> None:
+    options = KubernetesOptions(namespace="ml", network="pod")
+    pattern = agent_node(node(), None, options).task_address
+    assert pattern is not None
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "shoal-job-17", "uid": "u"}
+    spec = pods.pod(order(), options, owner)["spec"]
+    assert spec["hostNetwork"] is False and spec["dnsPolicy"] == "ClusterFirst"
+    service = pods.headless_service(order(), options, owner)
+    # what the server writes as the task's address is the Pod's name in its job's Service
+    address = task_address(pattern, "17", "Learner_Main", 3)
+    assert address == f"{spec['hostname']}.{spec['subdomain']}.ml.svc.cluster.local"
+    assert spec["subdomain"] == service["metadata"]["name"] == "shoal-job-17"
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"]
+    assert agent_node(node(), None, OPTIONS).task_address is None  # host network: the node's

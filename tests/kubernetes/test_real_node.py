@@ -196,6 +196,27 @@ def test_logs_follow_exec_works_and_logs_outlive_the_pod(shoal: KubeShoal) -> No
     assert shoal.client.logs(job_id, "w", 0)["data"].startswith("line 1\nline 2\nline 3\n")
 
 
+def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
+    plane: ControlPlane, node: RealNode, shoal: KubeShoal, tmp_path: Path
+) -> None:
+    """A second shoal (its own instance label) in the pod-network mode: each job gets a headless
+    Service, each task a DNS name in it, and the host lists carry those names (CoreDNS)."""
+    extra = ("--image-pull-policy", "Never", "--default-image", BUSYBOX, "--network", "pod")
+    with running_shoal(plane, tmp_path / "home", *extra, instance="shoal-pod") as pod_shoal:
+        wait_for(lambda: pod_shoal.node(NODE_NAME)["state"] == "READY", 30, "the node")
+        job_id = pod_shoal.client.submit(PING_PONG)[0]["id"]
+        done = pod_shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=120)
+        logs = {
+            role: pod_shoal.client.logs(job_id, role, 0)["data"] for role in ("server", "client")
+        }
+        assert done["state"] == "SUCCEEDED", (done, logs)
+        assert logs == {"server": "served\n", "client": "pong from 0\n"}
+        server = next(t for t in done["tasks"] if t["role"] == "server")
+        assert server["address"] == f"server-0.shoal-job-{job_id}.shoal.svc.cluster.local"
+        service = pod_shoal.core.read_namespaced_service(f"shoal-job-{job_id}", "shoal")
+        assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+
+
 def test_the_deployment_manifest_runs_the_server_in_a_pod_on_the_node(
     plane: ControlPlane, node: RealNode, tmp_path: Path
 ) -> None:

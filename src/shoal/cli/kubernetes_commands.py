@@ -4,6 +4,7 @@ share (docs/kubernetes.md)."""
 
 from __future__ import annotations
 
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +44,13 @@ class KubernetesArgs:
     image_pull_policy: str | None = None
     tolerate: tuple[str, ...] = ()
     no_logs: bool = False
+    network: str = "host"
+    instance: str = "shoal"
 
     def argv(self) -> list[str]:
         """These options as ``shoal kubernetes agent`` takes them."""
         args = ["--namespace", self.namespace, "--gpu-type-label", self.gpu_type_label]
+        args += ["--network", self.network, "--instance", self.instance]
         for flag, value in (
             ("--kubeconfig", self.kubeconfig),
             ("--context", self.context),
@@ -75,6 +79,10 @@ def options(args: KubernetesArgs) -> typing.Any:
             f"--image-pull-policy {args.image_pull_policy}: must be one of "
             f"{', '.join(PULL_POLICIES)}"
         )
+    if args.network not in ("host", "pod"):
+        raise fail(f"--network {args.network}: must be host or pod (docs/kubernetes.md)")
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?", args.instance):
+        raise fail(f"--instance {args.instance}: must be a label value: a-z, 0-9, '.', '-'")
     if args.kubeconfig is not None and not Path(args.kubeconfig).expanduser().is_file():
         raise fail(f"--kubeconfig {args.kubeconfig}: no such file")
     return KubernetesOptions(
@@ -87,6 +95,8 @@ def options(args: KubernetesArgs) -> typing.Any:
         image_pull_policy=args.image_pull_policy,  # type: ignore[arg-type]
         tolerated_taints=args.tolerate,
         follow_logs=not args.no_logs,
+        network=args.network,  # type: ignore[arg-type]
+        instance=args.instance,
     )
 
 
@@ -115,6 +125,12 @@ def agent(
         [], "--tolerate-taint", help="A taint key shoal's Pods tolerate (repeatable)."
     ),
     no_logs: bool = typer.Option(False, "--no-logs", help="Do not ship logs (kwok nodes)."),
+    network: str = typer.Option(
+        "host", "--network", help="host: the node's network; pod: DNS names (needs cluster DNS)."
+    ),
+    instance: str = typer.Option(
+        "shoal", "--instance", help="Which shoal, when several share a cluster (a label value)."
+    ),
     watch_fd: int | None = typer.Option(None, "--watch-fd", hidden=True),
 ) -> None:
     """Run the agent whose nodes are a Kubernetes cluster's Nodes, in the foreground."""
@@ -130,6 +146,8 @@ def agent(
         image_pull_policy,
         tuple(tolerate),
         no_logs,
+        network,
+        instance,
     )
     if not token_file.is_file():
         raise fail(f"--token-file {token_file}: no such file (the server writes it at start)")

@@ -182,6 +182,9 @@ def start(
     image_pull_policy: str | None = typer.Option(
         None, "--image-pull-policy", help="With --kubernetes: Always, IfNotPresent or Never."
     ),
+    network: str = typer.Option(
+        "host", "--network", help="With --kubernetes: host, or pod (DNS names; cluster DNS)."
+    ),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off.
@@ -214,6 +217,7 @@ def start(
             node_selector=node_selector,
             default_image=default_image,
             image_pull_policy=image_pull_policy,
+            network=network,
         )
         k8s_options(args)  # a typo in an option is said now, before anything starts
         k8s_argv = args.argv()

@@ -18,6 +18,7 @@ from shoal.kubernetes import options as names
 from shoal.kubernetes.options import KubernetesOptions
 from shoal.kubernetes.pods import (
     command_secret,
+    headless_service,
     hostfile_key,
     owner_config_map,
     owner_name,
@@ -60,6 +61,9 @@ class Launcher:
         with self._lock(order.job_id):
             try:
                 owner = owner_reference(self._owner(order))
+                if self.options.network == "pod":
+                    service = headless_service(order, self.options, owner)
+                    self._create(self.core.create_namespaced_service, service)
                 secret = command_secret(order, self.options, owner)
                 if secret is not None:
                     self._create(self.core.create_namespaced_secret, secret)

@@ -160,7 +160,16 @@ def agent_node(node: Any, held: Requests | None, options: KubernetesOptions) -> 
         unsupported={},
         ready=is_ready(node),
         platform_hold=platform_hold(node, options),
+        task_address=task_address_pattern(options),
     )
+
+
+def task_address_pattern(options: KubernetesOptions) -> str | None:
+    """In the pod-network mode, a task's DNS name: its Pod's hostname in its job's headless
+    Service (pods.py names both the same way)."""
+    if options.network != "pod":
+        return None
+    return f"{{role}}-{{index}}.shoal-job-{{job}}.{options.namespace}.svc.{options.cluster_domain}"
 
 
 def wanted(node: Any) -> bool:

@@ -35,8 +35,10 @@ class KubernetesOptions:
     # A label selector (``pool=gpu,!spot``): shoal sees only the Nodes it matches.
     node_selector: str = ""
     gpu_type_label: str = "nvidia.com/gpu.product"
-    # host: Pods on the node's network, shoal allocates their ports (OpenPAI's way)
-    network: Literal["host"] = "host"
+    # host: Pods on the node's network, shoal allocates their ports (OpenPAI's way); pod: Pods
+    # on the cluster's network, reached by DNS names of a headless Service per job
+    network: Literal["host", "pod"] = "host"
+    cluster_domain: str = "cluster.local"
     default_image: str = DEFAULT_IMAGE
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     port_low: int = 20000

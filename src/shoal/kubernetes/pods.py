@@ -17,7 +17,7 @@ from typing import Any
 
 from shoal.kubernetes import options as names
 from shoal.kubernetes.options import KubernetesOptions
-from shoal.protocol import LaunchOrder, fill_in
+from shoal.protocol import LaunchOrder, dns_label, fill_in
 
 COMMAND_VARIABLE = "SHOAL_COMMAND_WITH_SECRETS"
 WORKDIR = "/shoal/work"
@@ -30,8 +30,7 @@ MAX_NAME = 63  # a Pod's name is its hostname: one DNS label
 
 def slug(text: str, limit: int = 20) -> str:
     """``text`` as a part of a DNS label: lower case, digits and dashes."""
-    cleaned = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return cleaned[:limit].strip("-") or "x"
+    return dns_label(text, limit)
 
 
 def label_value(text: str) -> str:
@@ -45,7 +44,30 @@ def label_value(text: str) -> str:
 
 
 def owner_name(job_id: str) -> str:
-    return f"shoal-job-{slug(job_id, 40)}"
+    """The job's owner ConfigMap, and its headless Service in the pod-network mode."""
+    return f"shoal-job-{dns_label(job_id)}"
+
+
+def headless_service(
+    order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]
+) -> dict[str, Any]:
+    """The pod-network mode's Service of a job: no cluster IP, every Pod's DNS name published
+    from its creation on (a peer may look it up before it is ready)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": owner_name(order.job_id),
+            "namespace": options.namespace,
+            "labels": common_labels(order, options),
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {names.INSTANCE: options.instance, names.JOB: label_value(order.job_id)},
+        },
+    }
 
 
 def pod_name(order: LaunchOrder) -> str:
@@ -212,6 +234,9 @@ def pod(order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]) -
     }
     if order.deadline_s is not None:
         spec["activeDeadlineSeconds"] = max(int(order.deadline_s), 1)
+    if options.network == "pod":  # <role>-<index>.<service>: nodes.task_address_pattern
+        spec["hostname"] = f"{dns_label(order.role)}-{order.index}"
+        spec["subdomain"] = owner_name(order.job_id)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

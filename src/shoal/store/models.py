@@ -96,6 +96,8 @@ class Node(Base):
     fencing: Mapped[str] = mapped_column(String(16), default="lease", server_default="lease")
     # why the platform keeps new tasks off it (a cordoned Kubernetes Node); None: it does not
     platform_hold: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # how peers reach its tasks: a pattern of {job}, {role}, {index}; None: the node's address
+    task_address: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class JoinTokenRow(Base):

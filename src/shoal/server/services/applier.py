@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from shoal.core.plan import Admission, PendingReason, Plan, Preemption
 from shoal.core.recheck import Held, recheck_admission
 from shoal.core.states import JobEvent, State, advance_job
+from shoal.protocol import task_address
 from shoal.server.context import ServerContext
 from shoal.server.notify import note_news, noted_news
 from shoal.server.services.arrays import element_admitted
@@ -122,6 +123,19 @@ def still_fits(session: Session, admission: Admission) -> str | None:
     return recheck_admission(admission, nodes, held_back, held)
 
 
+_PATTERNS = select(Node.name, Node.task_address).where(
+    Node.name.in_(bindparam("nodes", expanding=True)), Node.task_address.is_not(None)
+)
+
+
+def _task_addresses(session: Session, admission: Admission) -> dict[str, str]:
+    """The nodes of the admission whose tasks have addresses of their own (a Kubernetes Pod's
+    DNS name in the pod-network mode), and their patterns."""
+    names = sorted({p.node for p in admission.placements})
+    rows = session.connection().execute(_PATTERNS, {"nodes": names})
+    return {row.name: row.task_address for row in rows}
+
+
 def _admit(session: Session, admission: Admission, seen: int | None, now: float) -> bool:
     """Admit the job with every task placed (gang), or not at all if it changed meanwhile."""
     if seen is None:
@@ -143,6 +157,7 @@ def _admit(session: Session, admission: Admission, seen: int | None, now: float)
     if admitted is None:
         return False
     attempt, array_job_id = admitted
+    patterns = _task_addresses(session, admission)
     rows = [
         {
             "job_id": admission.job_id,
@@ -152,7 +167,13 @@ def _admit(session: Session, admission: Admission, seen: int | None, now: float)
             "attempt": 1,
             "state": State.WAITING.value,
             "node": placement.node,
-            "address": placement.address,
+            "address": (
+                task_address(
+                    patterns[placement.node], admission.job_id, placement.role, placement.index
+                )
+                if placement.node in patterns
+                else placement.address
+            ),
             "cpu_millis": placement.resources.cpu_millis,
             "memory_mib": placement.resources.memory_mib,
             "gpu_indices": list(placement.gpu_indices),

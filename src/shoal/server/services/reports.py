@@ -233,7 +233,10 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
                 return None
             if node.agent_version != request.agent_version or node.fencing != request.fencing:
                 return None
-            if node.platform_hold != report.platform_hold:
+            if (node.platform_hold, node.task_address) != (
+                report.platform_hold,
+                report.task_address,
+            ):
                 return None
             if (node.cpu_millis, node.memory_mib, list(node.gpu_indices), node.busy_ports) != (
                 report.cpu_millis,
@@ -314,6 +317,7 @@ def _upsert_node(
                 unsupported=dict(report.unsupported or {}),
                 fencing=request.fencing,
                 platform_hold=report.platform_hold,
+                task_address=report.task_address,
             )
         )
         record_node_event(session, report.name, now, "registered", "joined: its agent reports")
@@ -327,6 +331,8 @@ def _upsert_node(
         change_node(session, node, NodeEvent.PLATFORM_NOT_READY, now, why=why)
     if node.fencing != request.fencing:
         node.fencing = request.fencing
+    if node.task_address != report.task_address:
+        node.task_address = report.task_address
     if node.platform_hold != report.platform_hold:
         _note_platform_hold(session, node, report.platform_hold, now)
     if node.agent_version != agent_version:

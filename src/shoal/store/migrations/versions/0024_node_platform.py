@@ -9,6 +9,8 @@ a silent agent's tasks stop with its lease, so they are lost after the node time
 ``confirmed`` (Kubernetes: nothing stops a Pod when shoal loses touch with it, so its task ends
 only when the agent confirms the Pod is gone; docs/kubernetes.md). ``platform_hold``: why the
 platform keeps new tasks off the node (a cordoned Kubernetes Node); NULL: it does not.
+``task_address``: how peers reach a task placed there, a pattern (a Pod's DNS name in the
+Kubernetes pod-network mode); NULL: at the node's address.
 
 The scheduler's model must hear of a platform hold like of an administrator's: the ``nodes``
 update trigger of migration 0017 is made again with ``platform_hold`` among its columns.
@@ -53,6 +55,7 @@ def upgrade() -> None:
         "nodes", sa.Column("fencing", sa.String(16), server_default="lease", nullable=False)
     )
     op.add_column("nodes", sa.Column("platform_hold", sa.String(255), nullable=True))
+    op.add_column("nodes", sa.Column("task_address", sa.String(255), nullable=True))
     op.execute("DROP TRIGGER IF EXISTS sched_nodes_update")
     op.execute(_update_trigger((*NODE_COLUMNS, "platform_hold")))
 
@@ -60,6 +63,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP TRIGGER IF EXISTS sched_nodes_update")
     with op.batch_alter_table("nodes") as batch:
+        batch.drop_column("task_address")
         batch.drop_column("platform_hold")
         batch.drop_column("fencing")
     op.execute(_update_trigger(NODE_COLUMNS))
