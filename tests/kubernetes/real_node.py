@@ -111,6 +111,9 @@ class RealNode:
                             "ipam": {
                                 "type": "host-local",
                                 "ranges": [[{"subnet": self.pod_subnet}]],
+                                # Pods reach the node's address (its DNS) and other test
+                                # addresses through the bridge; nothing else (no default route)
+                                "routes": [{"dst": "198.18.0.0/15"}],
                                 "dataDir": str(self.root / "cni-ipam"),
                             },
                         },
