@@ -117,6 +117,8 @@ class KubernetesAgent:
         now = time.time()
         with self._lock:
             if facts.attempt_id in self._acked:
+                if kind == "DELETED":  # its Pod is gone for good: nothing more will be heard
+                    self._acked.discard(facts.attempt_id)
                 return
             job = (new.metadata.annotations or {}).get(JOB, "")
             self._where[facts.attempt_id] = (job, new.metadata.name)
