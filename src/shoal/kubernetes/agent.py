@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -48,6 +49,7 @@ ORDER_WAIT_S = 10.0
 RETRY_S = 0.5
 LOG_WAIT_S = 10.0  # an ended Pod's exit waits at most this long for its log to be shipped
 REPORT_GAP_S = 0.05
+LAUNCHERS = 8  # Pods created at once (each create is one request, ~10 ms on the API server)
 
 
 class KubernetesAgent:
@@ -78,6 +80,7 @@ class KubernetesAgent:
         self._acked: set[str] = set()  # exits acknowledged: their Pods are being deleted
         self._where: dict[str, tuple[str, str]] = {}  # attempt -> (job, Pod name), until acked
         self._http = httpx.Client(**connection.httpx_settings(ORDER_WAIT_S + 10.0))
+        self._launches = ThreadPoolExecutor(LAUNCHERS, thread_name_prefix="k8s-launch")
         self._threads = [
             threading.Thread(target=self._reporter, name="k8s-reporter", daemon=True),
             threading.Thread(target=self._order_taker, name="k8s-orders", daemon=True),
@@ -99,6 +102,7 @@ class KubernetesAgent:
         self.pods.stop()
         for thread in self._threads:
             thread.join(timeout=15)
+        self._launches.shutdown(wait=True, cancel_futures=True)
         self._http.close()
 
     # ---- watch events ----
@@ -124,6 +128,8 @@ class KubernetesAgent:
             self._where[facts.attempt_id] = (job, new.metadata.name)
             if kind == "DELETED":
                 ended: ExitReport | None = status.gone_report(facts, now)
+                if not facts.stop_requested:  # behind shoal's back: its owner may be gone too
+                    self.launcher.forget(job)
             else:
                 ended = status.exit_report(facts, now)
                 if facts.started_at is not None and self.options.follow_logs:
@@ -274,8 +280,10 @@ class KubernetesAgent:
                 log.warning("orders from %s failed: %s", self.connection.server, exc)
                 self.stopping.wait(RETRY_S)
                 continue
-            for order in orders.launch:
-                self._launch(order)
+            for order in orders.launch:  # jobs in parallel; a job's Pods under its lock
+                with self._lock:
+                    self._launching.add(order.attempt_id)
+                self._launches.submit(self._launch, order)
             for attempt_id in orders.kill:
                 self._kill(attempt_id)
             for session in orders.exec:
@@ -302,8 +310,6 @@ class KubernetesAgent:
         return OrdersResponse.model_validate(response.json())
 
     def _launch(self, order: LaunchOrder) -> None:
-        with self._lock:
-            self._launching.add(order.attempt_id)
         try:
             self.launcher.launch(order)
         except LaunchFailed as exc:

@@ -3,7 +3,7 @@
 Every call is idempotent: a create answered 409 (it exists) or a delete answered 404 (it is gone)
 is success, so an order repeated after a restart of either side changes nothing. The objects of
 one job are created and deleted under the job's lock, so the owner ConfigMap is never deleted
-while a Pod that names it is being created.
+while a Pod that names it is being created; jobs launch in parallel (the agent's pool).
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ class Launcher:
         self.requests = 0  # API requests made (bench/kubernetes.py reads it)
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._locks_lock = threading.Lock()
+        # job -> (its owner reference, the host-list keys it holds); under the job's lock
+        self._owners: dict[str, tuple[dict[str, Any], set[str]]] = {}
 
     def _lock(self, job_id: str) -> threading.Lock:
         with self._locks_lock:
@@ -60,10 +62,7 @@ class Launcher:
             raise LaunchFailed(why)
         with self._lock(order.job_id):
             try:
-                owner = owner_reference(self._owner(order))
-                if self.options.network == "pod":
-                    service = headless_service(order, self.options, owner)
-                    self._create(self.core.create_namespaced_service, service)
+                owner = self._owner_of(order)
                 secret = command_secret(order, self.options, owner)
                 if secret is not None:
                     self._create(self.core.create_namespaced_secret, secret)
@@ -73,6 +72,26 @@ class Launcher:
                 if status is not None and 400 <= status < 500 and status not in (409, 429):
                     raise LaunchFailed(_refusal(exc)) from exc
                 raise
+
+    def _owner_of(self, order: LaunchOrder) -> dict[str, Any]:
+        """The job's owner reference: made (with the pod network's Service) by the first launch
+        of each job attempt, then remembered, so a gang's other Pods cost one request each."""
+        key = hostfile_key(order)
+        known = self._owners.get(order.job_id)
+        if known is not None and key in known[1]:
+            return known[0]
+        found = self._owner(order)
+        owner = owner_reference(found)
+        if self.options.network == "pod":
+            service = headless_service(order, self.options, owner)
+            self._create(self.core.create_namespaced_service, service)
+        self._owners[order.job_id] = (owner, set(found.data or {}) | {key})
+        return owner
+
+    def forget(self, job_id: str) -> None:
+        """The job's owner may be gone (a Pod of it was deleted behind shoal's back)."""
+        with self._lock(job_id):
+            self._owners.pop(job_id, None)
 
     def _create(self, create: Any, body: dict[str, Any]) -> None:
         self.requests += 1
@@ -122,6 +141,7 @@ class Launcher:
             for delete in (self.core.delete_namespaced_pod, self.core.delete_namespaced_secret):
                 self._delete(delete, name)
             if last_of_job:
+                self._owners.pop(job_id, None)
                 self._delete(self.core.delete_namespaced_config_map, owner_name(job_id))
 
     def _delete(self, delete: Any, name: str) -> None:
