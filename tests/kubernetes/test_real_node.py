@@ -205,6 +205,12 @@ def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
     with running_shoal(plane, tmp_path / "home", *extra, instance="shoal-pod") as pod_shoal:
         wait_for(lambda: pod_shoal.node(NODE_NAME)["state"] == "READY", 30, "the node")
         job_id = pod_shoal.client.submit(PING_PONG)[0]["id"]
+
+        def service() -> object:
+            return pod_shoal.core.read_namespaced_service(f"shoal-job-{job_id}", "shoal")
+
+        headless = wait_for(service, 60, "the job's headless Service")  # made at its launch
+        assert headless.spec.cluster_ip == "None" and headless.spec.publish_not_ready_addresses
         done = pod_shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=120)
         logs = {
             role: pod_shoal.client.logs(job_id, role, 0)["data"] for role in ("server", "client")
@@ -213,8 +219,8 @@ def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
         assert logs == {"server": "served\n", "client": "pong from 0\n"}
         server = next(t for t in done["tasks"] if t["role"] == "server")
         assert server["address"] == f"server-0.shoal-job-{job_id}.shoal.svc.cluster.local"
-        service = pod_shoal.core.read_namespaced_service(f"shoal-job-{job_id}", "shoal")
-        assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+        # the Service goes with the job's owner once its last Pod is deleted
+        wait_for(lambda: not pod_shoal.own_pods(), 30, "the job's Pods deleted")
 
 
 def test_the_deployment_manifest_runs_the_server_in_a_pod_on_the_node(
@@ -316,7 +322,9 @@ def test_the_deployment_manifest_runs_the_server_in_a_pod_on_the_node(
             lambda: [n["name"] for n in inside.nodes()] == [NODE_NAME], 60, "the node, in-cluster"
         )
     finally:
-        plane.kubectl("delete", "-k", str(overlay), "--wait=true", "--timeout=60s")
+        # the server's objects only: the RBAC (its ServiceAccount) stays for the module's shoal
+        gone = ("deployment/shoal", "service/shoal", "persistentvolumeclaim/shoal-home")
+        plane.kubectl("-n", "shoal", "delete", *gone, "--wait=true", "--timeout=60s")
         plane.core().delete_persistent_volume("shoal-test-home")
         plane.processes.pop("kube-scheduler").stop()
 
