@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
 
-.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api crash fuzz clean
+.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes crash fuzz clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -157,7 +157,7 @@ fuzz: setup
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
 bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api \
-	bench-dashboard
+	bench-dashboard bench-kubernetes
 
 # The dashboard's pictures in docs/img/ (README, docs/dashboard.md): a throwaway local cluster,
 # photographed page by page with Debian's chromium.
@@ -191,6 +191,15 @@ bench-api: setup
 # The dashboard with 2,000 jobs on 50 nodes: first render, server CPU with 5 live pages.
 bench-dashboard: setup web system-deps
 	$(BIN)/python bench/dashboard.py
+
+# shoal on Kubernetes against kube-scheduler alone and Kueue + kube-scheduler, on one cluster of
+# 1,000 kwok nodes x 8 GPUs with 2,000 gang jobs (bench/kubernetes.py; docs/benchmarks.md,
+# "Kubernetes"). The test cluster's binaries and Kueue v0.17.0 are built first (cached); about
+# 15 minutes. `$(BIN)/python bench/kubernetes.py --small` is a 2-minute smoke run.
+bench-kubernetes: setup
+	@scripts/k8s-build.sh
+	@scripts/k8s-build.sh --kueue
+	$(BIN)/python bench/kubernetes.py
 
 # Needs root: the server and agents run on network-namespace hosts (198.18.0.0/15).
 bench-cluster: setup
