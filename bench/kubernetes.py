@@ -75,6 +75,7 @@ import os
 import random
 import secrets
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -1319,6 +1320,8 @@ def main() -> None:
     def log(text: str) -> None:
         console.print(f"[dim]{time.time() - started:6.1f}s[/dim] {text}")
 
+    # SIGTERM ends the run through the `finally`s, which stop every process it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     measured = commit()  # at the start: the code the processes were started from
     root = Path(tempfile.mkdtemp(prefix="shoal-bench-k8s-"))
@@ -1343,6 +1346,8 @@ def main() -> None:
                 failed[system] = f"{type(exc).__name__}: {exc}"
                 log(f"  failed: {failed[system][:2000]}")
             log(f"  done with {system}")
+            partial = {"results": results, "failed": failed}  # for a run cut short (--keep)
+            (root / "results-partial.json").write_text(json.dumps(partial, indent=1))
     finally:
         if driver is not None:
             driver.close()
