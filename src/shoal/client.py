@@ -87,8 +87,18 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
 
     @classmethod
     def from_environment(cls, home: Path | None = None, context: str | None = None) -> ShoalClient:
-        endpoint = discover(home, context)
-        return cls(endpoint.url, endpoint.token, token_source=endpoint.token_source, ca=endpoint.ca)
+        return cls.for_endpoint(discover(home, context))
+
+    @classmethod
+    def for_endpoint(cls, endpoint: Endpoint, timeout: float = 30.0) -> ShoalClient:
+        """A client for a discovered endpoint: its URL, token and pinned CA, as every command."""
+        return cls(
+            endpoint.url,
+            endpoint.token,
+            timeout=timeout,
+            token_source=endpoint.token_source,
+            ca=endpoint.ca,
+        )
 
     def close(self) -> None:
         self._http.close()

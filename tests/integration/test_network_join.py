@@ -280,6 +280,21 @@ def test_expired_used_up_revoked_and_unknown_tokens_are_refused(network: Network
         assert not (network.root / node / "identity" / "node.crt").exists()
 
 
+def test_whoami_verifies_an_https_server_against_the_pinned_ca(network: Network) -> None:
+    """whoami connects as `node list` does: through the context's --ca, or $SHOAL_CA."""
+    pinned_by_env = {**network.env, "SHOAL_URL": network.url, "SHOAL_CA": str(network.ca),
+                     "SHOAL_TOKEN": network.admin_token}  # fmt: skip
+    for how, env in (("context lab", network.env), ("$SHOAL_CA", pinned_by_env)):
+        for command in (["node", "list"], ["whoami"]):
+            result = subprocess.run(
+                [sys.executable, "-m", "shoal", *command], env=env,
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert result.returncode == 0, f"{how}: shoal {' '.join(command)}: {result.stderr}"
+        assert "user:    admin" in result.stdout, result.stdout
+        assert f"server:  {network.url}" in result.stdout, result.stdout
+
+
 def test_a_client_that_does_not_trust_the_ca_gets_the_fix(network: Network) -> None:
     token = str(network.home / "admin.token")
     added = network.shoal("config", "set-context", "nopin", "--server", network.url,

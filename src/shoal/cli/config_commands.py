@@ -186,7 +186,7 @@ def view(output: OutputFormat = OUTPUT_OPTION) -> None:
 def whoami(output: OutputFormat = OUTPUT_OPTION) -> None:
     """Who the server thinks you are: user, admin, groups, and which server, context and token."""
     endpoint = discover()
-    me = ShoalClient(endpoint.url, endpoint.token, token_source=endpoint.token_source).me()
+    me = ShoalClient.for_endpoint(endpoint).me()
     data = {
         "user": me["name"],
         "admin": me["admin"],
