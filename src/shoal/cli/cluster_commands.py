@@ -141,7 +141,7 @@ def up(
             stop_local(home)
             raise fail(str(exc)) from None
     where = f"{info.nodes} Kubernetes node(s)" if kubernetes else f"{nodes} node(s)"
-    console.print(f"shoal is up at [bold]{info.url}[/] with {where}; state in {home}")
+    console.print(f"shoal is up at {info.url} with {where}; state in {home}")
     console.print(f"admin token: {home / 'admin.token'} (mode 0600)")
     _note_other_target(home)
     if foreground:

@@ -10,7 +10,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import typer
 
-from shoal.cli.render import err_console
+from shoal.cli.render import err_console, labelled
 from shoal.client import ShoalClient, ShoalError
 
 P = ParamSpec("P")
@@ -58,7 +58,7 @@ def client() -> ShoalClient:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error[/]: {message}", highlight=False)
+    err_console.print(labelled("error", "bold red", f": {message}"))
     return typer.Exit(code)
 
 

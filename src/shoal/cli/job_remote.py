@@ -18,7 +18,7 @@ from shoal.cli.common import (
     print_json,
 )
 from shoal.cli.job_commands import FORMAT_OPTION, PARAM_OPTION, FormatChoice, job_app, parse_params
-from shoal.cli.render import console, err_console
+from shoal.cli.render import console, err_console, labelled
 from shoal.cli.task_env import (
     ENV_OPTION,
     FROM_SHELL_OPTION,
@@ -106,7 +106,7 @@ def submit(
         for job in submitted:
             console.print(f"submitted {_what(job)}: {job['state']}", highlight=False)
             for w in job["warnings"]:
-                err_console.print(f"[yellow]warning[/]: {w['path']}: {w['message']}")
+                err_console.print(labelled("warning", "yellow", f": {w['path']}: {w['message']}"))
     if not wait:
         if output is OutputFormat.JSON:
             print_json(submitted[0] if len(submitted) == 1 else submitted)

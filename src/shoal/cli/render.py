@@ -1,4 +1,9 @@
-"""How the CLI shows jobs, problems and plans to a person (tables via rich)."""
+"""How the CLI shows jobs, problems and plans to a person (tables via rich).
+
+Both consoles print text as it is, never as Rich markup: a path, a name or a message with
+``[cluster]`` or ``[x]`` in it is shown whole (``pip install 'shoal[cluster]'``). Colour comes
+only from :func:`labelled` (a styled label before plain text) or ``style=``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.text import Text
 
 from shoal.cli.columns import Column, table_text
 from shoal.spec.units import format_cpu, format_memory
@@ -18,10 +24,15 @@ if TYPE_CHECKING:
     from shoal.spec.loader import ParsedJobs
     from shoal.spec.model import JobSpec
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 if not console.is_terminal:
     console.width = 4096  # piped: tables are as wide as their values, never cut to 80 columns
+
+
+def labelled(label: str, style: str, text: str) -> Text:
+    """``label`` in ``style``, then ``text`` as it is (never read as markup)."""
+    return Text.assemble((label, style), text)
 
 
 def new_table() -> Table:
@@ -33,14 +44,16 @@ def new_table() -> Table:
 
 def print_problems(source: str, problems: Sequence[SpecProblem]) -> None:
     count = len(problems)
-    err_console.print(f"[bold red]error[/]: {source}: {count} problem{'s' if count > 1 else ''}")
+    err_console.print(
+        labelled("error", "bold red", f": {source}: {count} problem{'s' if count > 1 else ''}")
+    )
     for problem in problems:
-        err_console.print(f"  {problem.render()}", markup=False)
+        err_console.print(f"  {problem.render()}")
 
 
 def print_warnings(warnings: Sequence[SpecProblem]) -> None:
     for warning in warnings:
-        err_console.print(f"[yellow]warning[/]: {warning.render()}")
+        err_console.print(labelled("warning", "yellow", f": {warning.render()}"))
 
 
 def _policy(value: int | None, none_text: str) -> str:
@@ -50,9 +63,13 @@ def _policy(value: int | None, none_text: str) -> str:
 def print_jobs(source: str, parsed: ParsedJobs) -> None:
     for job in parsed.jobs:
         console.print(
-            f"[green]valid[/]: {source}: {parsed.format.value} job [bold]{job.name}[/] "
-            f"({len(job.roles)} role{'s' if len(job.roles) > 1 else ''}, "
-            f"{job.total_instances} task{'s' if job.total_instances > 1 else ''})"
+            labelled(
+                "valid",
+                "green",
+                f": {source}: {parsed.format.value} job {job.name} "
+                f"({len(job.roles)} role{'s' if len(job.roles) > 1 else ''}, "
+                f"{job.total_instances} task{'s' if job.total_instances > 1 else ''})",
+            )
         )
         _print_job(job)
 
@@ -92,9 +109,9 @@ def _print_job(job: JobSpec) -> None:
         )
     console.print(table)
     for role in job.roles:
-        console.print(f"  [bold]{role.name}[/] command:", highlight=False)
+        console.print(f"  {role.name} command:")
         for line in role.command.splitlines():
-            console.print(f"    {line}", markup=False)
+            console.print(f"    {line}")
 
 
 def print_plan(result: dict[str, Any], task: str | None) -> None:
@@ -103,9 +120,9 @@ def print_plan(result: dict[str, Any], task: str | None) -> None:
     if not result["admitted"]:
         reason = result.get("reason")
         text = f"{reason['code']}: {reason['message']}" if reason else "not placed"
-        err_console.print(f"[bold red]{name}[/] would not start now: {text}", highlight=False)
+        err_console.print(labelled(name, "bold red", f" would not start now: {text}"))
         return
-    console.print(f"[green]{name}[/]: all {len(result['placements'])} tasks placed")
+    console.print(labelled(name, "green", f": all {len(result['placements'])} tasks placed"))
     if result.get("preempting"):
         console.print(f"  by preempting: {', '.join(result['preempting'])}")
     rows = [
@@ -119,9 +136,9 @@ def print_plan(result: dict[str, Any], task: str | None) -> None:
         for p in result["placements"]
     ]
     columns = [Column("TASK"), Column("NODE"), Column("ADDRESS"), Column("GPUS"), Column("PORTS")]
-    console.print(table_text(columns, rows, None), markup=False)
+    console.print(table_text(columns, rows, None))
     env = result.get("env")
     if task is not None and env is not None:
         console.print(f"environment of {task}:")
         for key in sorted(env):
-            console.print(f"  {key}={env[key]}", markup=False)
+            console.print(f"  {key}={env[key]}")

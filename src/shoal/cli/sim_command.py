@@ -26,7 +26,7 @@ def _require_plotting() -> None:
     if find_spec("matplotlib") is None:
         raise fail(
             "--report draws its plots with matplotlib, which is not installed: "
-            "pip install 'shoal\\[plots]' (or: pip install matplotlib), or leave out --report"
+            "pip install 'shoal[plots]' (or: pip install matplotlib), or leave out --report"
         )
 
 
@@ -121,7 +121,7 @@ def sim(
         las_max_preemptions,
     )
     columns = (
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
