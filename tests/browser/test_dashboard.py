@@ -170,11 +170,12 @@ def test_another_users_job_is_refused(
     page = watched.page
     sign_in(watched, user="eve", password="eve-password-1")
     assert page.inner_text("[data-testid=who]") == "eve"
-    watched.allow(r"404 \(Not Found\)")  # the refusal this test provokes
+    watched.allow(r"403 \(Forbidden\)")  # the refusal this test provokes
     page.goto(f"{watched.base}/ui/#/jobs/{job}")
     alert = page.locator("[role=alert]")
     alert.wait_for()
-    assert "NoJobError" in alert.inner_text()
+    assert "ForbiddenUserError" in alert.inner_text()
+    assert "belongs to admin" in alert.inner_text()
     page.goto(f"{watched.base}/ui/#/jobs")
     page.locator("[data-testid=jobs-table]").wait_for()
     assert page.locator(f"tr[data-job='{job}']").count() == 0  # not in eve's list either

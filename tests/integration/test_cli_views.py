@@ -76,7 +76,11 @@ def test_everyones_queue_and_job_references(cluster: LocalCluster, tmp_path: Pat
     header = queue.stdout.splitlines()[0].split()
     assert header == ["ID", "NAME", "USER", "VC", "STATE", "TASKS", "GPUS", "SUBMITTED", "NOTE"]
     hidden = shoal_env(cluster.home, as_bob, "job", "status", f"alice~{LONG}")
-    assert hidden.returncode == 1 and hidden.stderr.strip() == f"error: no job 'alice~{LONG}'"
+    alices = cluster.client.job(f"alice~{LONG}")["id"]
+    assert hidden.returncode == 1 and hidden.stderr.strip() == (
+        f"error: job {alices} (alice~{LONG}) belongs to alice, not to you (bob): only its owner "
+        "and admins can see its details, logs and events or stop it (403 ForbiddenUserError)"
+    )
     # waiting behind alice: `why` and `status` name her job with its owner
     waiting = tmp_path / "wait.yaml"
     waiting.write_text(HOG.format(name="bobs"))

@@ -102,9 +102,31 @@ def test_user_tilde_name_works_for_the_owner_and_no_one_else(server: Server) -> 
     job_id = server.submit(alice, "train")
     assert server.get("/api/v1/jobs/alice~train", alice).json()["id"] == job_id
     assert server.get("/api/v1/jobs/alice~train/events", alice).status_code == 200
-    for path in ("alice~train", "alice~train/events", "alice~train/logs", "train"):
-        assert server.get(f"/api/v1/jobs/{path}", bob).status_code == 404, path
+    for path in ("alice~train", "alice~train/events", "alice~train/logs"):
+        assert server.get(f"/api/v1/jobs/{path}", bob).status_code == 403, path
+    assert server.get("/api/v1/jobs/train", bob).status_code == 404  # bob has no job "train"
     assert server.get("/api/v1/jobs/alice~nope", alice).status_code == 404
+
+
+def test_another_users_job_is_refused_naming_its_owner_not_called_missing(
+    server: Server,
+) -> None:
+    alice, bob = server.user("alice"), server.user("bob")
+    job_id = server.submit(alice, "train")
+    listed = server.get("/api/v1/jobs", bob, allUsers="true").json()
+    assert [(j["id"], j["user"]) for j in listed] == [(job_id, "alice")]  # bob sees it here
+    for path in (job_id, f"{job_id}/pending-reason", f"{job_id}/source", "alice~train/events"):
+        refused = server.get(f"/api/v1/jobs/{path}", bob)
+        assert refused.status_code == 403, (path, refused.text)
+        body = refused.json()
+        assert body["code"] == "ForbiddenUserError"
+        assert body["message"] == (
+            f"job {job_id} (alice~train) belongs to alice, not to you (bob): only its owner and "
+            "admins can see its details, logs and events or stop it"
+        )
+    stop = server.client.post(f"/api/v1/jobs/{job_id}/stop", headers=server.headers(bob))
+    assert stop.status_code == 403 and "belongs to alice" in stop.json()["message"]
+    assert server.get(f"/api/v1/jobs/{job_id}", alice).json()["state"] == "WAITING"
 
 
 def test_a_name_several_users_share_is_a_409_with_the_choices(server: Server) -> None:

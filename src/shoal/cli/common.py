@@ -73,7 +73,7 @@ def api_errors(func: Callable[P, R]) -> Callable[P, R]:
             details = [
                 p.get("message", "") if isinstance(p, dict) else str(p) for p in exc.problems[:10]
             ]
-            message = exc.message
+            message = error_text(exc)
             if exc.code == "InvalidJobSpec" and details:
                 message = "the job file has errors:\n  " + "\n  ".join(
                     _render_problem(p) for p in exc.problems[:20]
@@ -81,6 +81,14 @@ def api_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise fail(message) from None
 
     return wrapper
+
+
+def error_text(exc: ShoalError) -> str:
+    """The server's message; a refusal (403) also names its status and code, so "not allowed"
+    reads apart from "not there"."""
+    if exc.status == 403:
+        return f"{exc.message} ({exc.status} {exc.code})"
+    return exc.message
 
 
 def _render_problem(problem: Any) -> str:

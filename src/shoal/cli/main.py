@@ -99,7 +99,7 @@ def main() -> None:
     try:
         app(prog_name="shoal")
     except ShoalError as exc:  # a command without @api_errors: still one line, exit 1
-        from shoal.cli.common import fail
+        from shoal.cli.common import error_text, fail
 
-        fail(exc.message)
+        fail(error_text(exc))
         raise SystemExit(1) from None

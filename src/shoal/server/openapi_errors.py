@@ -46,7 +46,7 @@ PUBLIC = {
 }
 
 _AGENT = (400, 403, 426)
-_JOB = (404,)
+_JOB = (403, 404)  # 403: another user's job (services/jobs.find_job)
 _PAI_JOB = (400, 404)
 _ADMIN_ON_NAME = (400, 403, 404)
 # What each operation refuses beyond 401 and its validation status, found by reading the routes
@@ -80,9 +80,9 @@ REFUSALS: dict[str, tuple[int, ...]] = {
     "POST /api/v1/jobs/plan": (400, 403, 404),
     "GET /api/v1/jobs/{job}": _JOB,
     "GET /api/v1/jobs/{job}/events": _JOB,
-    "GET /api/v1/jobs/{job}/logs": (400, 404),
-    "GET /api/v1/jobs/{job}/logs/download": (400, 404),
-    "GET /api/v1/jobs/{job}/logs/lines": (400, 404),
+    "GET /api/v1/jobs/{job}/logs": (400, *_JOB),
+    "GET /api/v1/jobs/{job}/logs/download": (400, *_JOB),
+    "GET /api/v1/jobs/{job}/logs/lines": (400, *_JOB),
     "GET /api/v1/jobs/{job}/pending-reason": _JOB,
     "GET /api/v1/jobs/{job}/source": _JOB,
     "POST /api/v1/jobs/{job}/stop": (403, 404, 409),

@@ -18,8 +18,9 @@ from shoal.store.models import Job
 def find_job(session: Session, principal: Principal, ref: str) -> Job:
     """A job by id, by ``user~name`` (OpenPAI style), or by name: the caller's newest job of that
     name; for an admin with none, the one user's job of that name (active jobs first). A name
-    that several users' jobs share is a 409 listing the ``user~name`` choices. Other users' jobs
-    are a 404 for non-admins (their details stay hidden)."""
+    that several users' jobs share is a 409 listing the ``user~name`` choices. Another user's
+    job, named by id or ``user~name``, is a 403 for non-admins that says whose it is (its summary
+    is public in ``shoal job list -A``; its details, logs and events stay hidden)."""
     job = session.get(Job, ref)
     if job is None:
         user, sep, name = ref.partition("~")
@@ -29,8 +30,16 @@ def find_job(session: Session, principal: Principal, ref: str) -> Job:
             job = _newest(session, principal.user, ref)
             if job is None and principal.is_admin:
                 job = _anyone_named(session, ref)
-    if job is None or not (principal.is_admin or job.user == principal.user):
+    if job is None:
         raise ApiError(404, "NoJobError", f"no job {ref!r}")
+    if not (principal.is_admin or job.user == principal.user):
+        raise ApiError(
+            403,
+            "ForbiddenUserError",
+            f"job {job.id} ({job.user}~{job.name}) belongs to {job.user}, not to you "
+            f"({principal.user}): only its owner and admins can see its details, logs and events "
+            "or stop it",
+        )
     return job
 
 
