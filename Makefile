@@ -74,7 +74,7 @@ web: $(WEB_DIST)
 
 # Built while the package registry is reachable (pip's cache makes it quick), used offline later.
 $(WHEEL_STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip wheel --quiet --wheel-dir $(WHEELHOUSE) . 'setuptools>=68,<81'
+	$(BIN)/python -m pip wheel --quiet --wheel-dir $(WHEELHOUSE) . 'setuptools>=77,<81'
 	touch $(WHEEL_STAMP)
 
 wheelhouse: $(WHEEL_STAMP)
