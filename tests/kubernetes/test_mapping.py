@@ -95,6 +95,9 @@ def test_not_ready_cordoned_and_tainted_nodes() -> None:
     assert agent_node(node(taints=tolerated), None, OPTIONS).platform_hold is None
 
 
+OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "shoal-job-17", "uid": "u"}
+
+
 def order(**changes: Any) -> LaunchOrder:
     fields: dict[str, Any] = {
         "attempt_id": "41.2",
@@ -254,3 +257,41 @@ def test_the_pod_network_names_a_task_the_way_the_server_addresses_it() -> None:
     assert spec["subdomain"] == service["metadata"]["name"] == "shoal-job-17"
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"]
     assert agent_node(node(), None, OPTIONS).task_address is None  # host network: the node's
+
+
+def test_the_start_barrier_is_a_sidecar_of_pod_network_gangs_that_a_job_can_turn_off() -> None:
+    gang = order(hostfile="a slots=1\nb slots=1\n", secrets={}, command="run")
+    on = KubernetesOptions(network="pod", start_barrier=True)
+    (sidecar,) = pods.pod(gang, on, OWNER)["spec"]["initContainers"]
+    assert sidecar["name"] == "shoal-barrier" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == "pytorch:2"  # the task's own image by default
+    assert sidecar["startupProbe"]["httpGet"] == {"path": "/ready", "port": 19999}
+    assert sidecar["command"][:2] == ["python3", "-c"] and "resources" not in sidecar
+    given = KubernetesOptions(network="pod", start_barrier=True, barrier_image="py:3")
+    assert pods.pod(gang, given, OWNER)["spec"]["initContainers"][0]["image"] == "py:3"
+    off = order(hostfile=gang.hostfile, env={**gang.env, "SHOAL_START_BARRIER": "0"})
+    assert "initContainers" not in pods.pod(off, on, OWNER)["spec"]
+    asked = order(hostfile=gang.hostfile, env={**gang.env, "SHOAL_START_BARRIER": "1"})
+    assert "initContainers" in pods.pod(asked, KubernetesOptions(network="pod"), OWNER)["spec"]
+    alone = order(secrets={}, command="run")  # one task: nobody to wait for
+    assert "initContainers" not in pods.pod(alone, on, OWNER)["spec"]
+    host = KubernetesOptions(network="host", start_barrier=True)
+    assert "initContainers" not in pods.pod(asked, host, OWNER)["spec"]
+
+
+def test_a_barrier_that_cannot_run_is_a_launch_error_naming_the_way_out() -> None:
+    pod = finished_pod("Pending", waiting="PodInitializing")
+    crashed = client.V1ContainerState(
+        terminated=client.V1ContainerStateTerminated(exit_code=127, reason="Error")
+    )
+    pod.status.init_container_statuses = [
+        client.V1ContainerStatus(
+            name="shoal-barrier", state=client.V1ContainerState(), last_state=crashed,
+            image="busybox", image_id="", ready=False, restart_count=1,
+        )
+    ]  # fmt: skip
+    ended = status.exit_report(status.facts(pod), 0)
+    assert ended is not None and ended.launch_error is not None
+    assert "python3" in ended.launch_error and "--barrier-image" in ended.launch_error
+    pod.status.init_container_statuses[0].last_state = client.V1ContainerState()
+    assert status.exit_report(status.facts(pod), 0) is None  # waiting for peers: fine

@@ -46,8 +46,8 @@ CLIENT = (
 pytestmark = pytest.mark.xdist_group("kubernetes-real-node")
 
 
-def indented(code: str) -> str:
-    return "".join(f"        {line}\n" for line in code.splitlines())
+def indented(code: str, by: int = 8) -> str:
+    return "".join(f"{' ' * by}{line}\n" for line in code.splitlines())
 
 
 # The real node is this machine: 2 cores, so a server and a client of one core each.
@@ -221,6 +221,80 @@ def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
         assert server["address"] == f"server-0.shoal-job-{job_id}.shoal.svc.cluster.local"
         # the Service goes with the job's owner once its last Pod is deleted
         wait_for(lambda: not pod_shoal.own_pods(), 30, "the job's Pods deleted")
+
+
+PEER_CHECK = (
+    "import os, socket, time\n"
+    "hosts = [line.split()[0] for line in open(os.environ['SHOAL_HOSTFILE']) if line.strip()]\n"
+    "for host in hosts:  # once each, no retry: the barrier let this start, so all answer\n"
+    "    socket.create_connection((host, 19999), timeout=5).close()\n"
+    "print(f'reached {len(hosts)} peers', flush=True)\n"
+    "time.sleep(4)\n"
+)
+BARRIER_JOB = f"""version: 1
+name: barrier
+roles:
+  peer:
+    instances: 2
+    image: {PYTHON}
+    resources: {{cpu: 0.5, memory: 64Mi}}
+    command: |
+      python3 - <<'EOF'
+{indented(PEER_CHECK, 6)}      EOF
+"""
+NO_PYTHON_JOB = """version: 1
+name: no-python
+{env}roles:
+  w:
+    instances: 2
+    resources: {{cpu: 0.25, memory: 32Mi}}
+    command: echo ran
+"""
+
+
+def _started(pod: object, name: str, init: bool = False) -> float:
+    status = pod.status  # type: ignore[attr-defined]
+    found = status.init_container_statuses if init else status.container_statuses
+    state = next(c.state for c in found if c.name == name)
+    return float(state.running.started_at.timestamp())
+
+
+def test_the_start_barrier_holds_each_task_until_every_peer_answers(
+    plane: ControlPlane, node: RealNode, shoal: KubeShoal, tmp_path: Path
+) -> None:
+    """--start-barrier (pod network): each Pod gets a sidecar on port 19999 whose startup probe
+    holds the task back until every peer's sidecar answers; a job turns it off with
+    SHOAL_START_BARRIER=0; an image without python3 fails the task with the reason."""
+    extra = ("--image-pull-policy", "Never", "--default-image", BUSYBOX, "--network", "pod")
+    extra += ("--start-barrier",)
+    with running_shoal(plane, tmp_path / "home", *extra, instance="shoal-bar") as bar:
+        wait_for(lambda: bar.node(NODE_NAME)["state"] == "READY", 30, "the node")
+        job_id = bar.client.submit(BARRIER_JOB)[0]["id"]
+
+        def both_running() -> list[object] | None:
+            pods = bar.pods_of(job_id)
+            running = [p for p in pods if p.status.phase == "Running"]
+            return running if len(running) == 2 else None
+
+        pods = wait_for(both_running, 90, "both Pods of the barrier job running", 0.2)
+        sidecars = [_started(p, "shoal-barrier", init=True) for p in pods]
+        tasks = [_started(p, "task") for p in pods]
+        assert min(tasks) >= max(sidecars) - 1.0, (sidecars, tasks)  # kubelet's 1 s stamps
+        done = bar.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=90)
+        logs = [bar.client.logs(job_id, "peer", i)["data"] for i in (0, 1)]
+        assert done["state"] == "SUCCEEDED", (done, logs)
+        assert logs == ["reached 2 peers\n"] * 2  # the sidecar's own lines are not the task's
+
+        off = bar.client.submit(NO_PYTHON_JOB.format(env="env: {SHOAL_START_BARRIER: '0'}\n"))
+        done = bar.wait_job(off[0]["id"], ("SUCCEEDED", "FAILED", "STOPPED"), timeout=90)
+        assert done["state"] == "SUCCEEDED", done
+
+        failing = bar.client.submit(NO_PYTHON_JOB.format(env=""))[0]["id"]
+        done = bar.wait_job(failing, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=120)
+        assert done["state"] == "FAILED", done
+        said = str(done)
+        assert "start barrier" in said and "python3" in said, said
+        wait_for(lambda: not bar.own_pods(), 30, "the jobs' Pods deleted")
 
 
 def test_the_deployment_manifest_runs_the_server_in_a_pod_on_the_node(

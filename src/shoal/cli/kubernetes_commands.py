@@ -31,6 +31,23 @@ def namespace_option() -> typing.Any:
     return typer.Option("default", "--namespace", help="Where shoal creates its Pods.")
 
 
+def start_barrier_option() -> typing.Any:
+    return typer.Option(
+        False,
+        "--start-barrier",
+        help="With --network pod: a task starts once every peer's Pod answers "
+        "(a job's SHOAL_START_BARRIER=0/1 overrides).",
+    )
+
+
+def barrier_image_option() -> typing.Any:
+    return typer.Option(
+        None,
+        "--barrier-image",
+        help="The start barrier's image (default: the task's; needs python3).",
+    )
+
+
 @dataclass(frozen=True)
 class KubernetesArgs:
     """The Kubernetes options as given on a command line (checked by ``options``)."""
@@ -46,6 +63,8 @@ class KubernetesArgs:
     no_logs: bool = False
     network: str = "host"
     instance: str = "shoal"
+    start_barrier: bool = False
+    barrier_image: str | None = None
 
     def argv(self) -> list[str]:
         """These options as ``shoal kubernetes agent`` takes them."""
@@ -57,11 +76,14 @@ class KubernetesArgs:
             ("--node-selector", self.node_selector or None),
             ("--default-image", self.default_image),
             ("--image-pull-policy", self.image_pull_policy),
+            ("--barrier-image", self.barrier_image),
         ):
             if value:
                 args += [flag, value]
         for key in self.tolerate:
             args += ["--tolerate-taint", key]
+        if self.start_barrier:
+            args.append("--start-barrier")
         return [*args, "--no-logs"] if self.no_logs else args
 
 
@@ -81,6 +103,11 @@ def options(args: KubernetesArgs) -> typing.Any:
         )
     if args.network not in ("host", "pod"):
         raise fail(f"--network {args.network}: must be host or pod (docs/kubernetes.md)")
+    if args.start_barrier and args.network != "pod":
+        raise fail(
+            "--start-barrier needs --network pod: in the host network, peers are reached at "
+            "their nodes' addresses, and the barrier has no port of its own there"
+        )
     if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?", args.instance):
         raise fail(f"--instance {args.instance}: must be a label value: a-z, 0-9, '.', '-'")
     if args.kubeconfig is not None and not Path(args.kubeconfig).expanduser().is_file():
@@ -97,6 +124,8 @@ def options(args: KubernetesArgs) -> typing.Any:
         follow_logs=not args.no_logs,
         network=args.network,  # type: ignore[arg-type]
         instance=args.instance,
+        start_barrier=args.start_barrier,
+        barrier_image=args.barrier_image,
     )
 
 
@@ -131,6 +160,8 @@ def agent(
     instance: str = typer.Option(
         "shoal", "--instance", help="Which shoal, when several share a cluster (a label value)."
     ),
+    start_barrier: bool = start_barrier_option(),
+    barrier_image: str | None = barrier_image_option(),
     watch_fd: int | None = typer.Option(None, "--watch-fd", hidden=True),
 ) -> None:
     """Run the agent whose nodes are a Kubernetes cluster's Nodes, in the foreground."""
@@ -148,6 +179,8 @@ def agent(
         no_logs,
         network,
         instance,
+        start_barrier,
+        barrier_image,
     )
     if not token_file.is_file():
         raise fail(f"--token-file {token_file}: no such file (the server writes it at start)")

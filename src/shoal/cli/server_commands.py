@@ -16,9 +16,11 @@ import typer
 from shoal.cli.common import SCHEDULER_OPTION, RuntimeChoice, SchedulerPlace, fail
 from shoal.cli.kubernetes_commands import (
     KubernetesArgs,
+    barrier_image_option,
     k8s_kubeconfig,
     kubeconfig_option,
     namespace_option,
+    start_barrier_option,
 )
 from shoal.cli.kubernetes_commands import options as k8s_options
 from shoal.cli.render import console
@@ -185,6 +187,8 @@ def start(
     network: str = typer.Option(
         "host", "--network", help="With --kubernetes: host, or pod (DNS names; cluster DNS)."
     ),
+    start_barrier: bool = start_barrier_option(),
+    barrier_image: str | None = barrier_image_option(),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off.
@@ -218,6 +222,8 @@ def start(
             default_image=default_image,
             image_pull_policy=image_pull_policy,
             network=network,
+            start_barrier=start_barrier,
+            barrier_image=barrier_image,
         )
         k8s_options(args)  # a typo in an option is said now, before anything starts
         k8s_argv = args.argv()

@@ -30,7 +30,7 @@ from shoal.kubernetes.exec import PodExec
 from shoal.kubernetes.launcher import Launcher, LaunchFailed
 from shoal.kubernetes.logs import Follower
 from shoal.kubernetes.nodes import agent_node, foreign_requests, is_ours, wanted
-from shoal.kubernetes.options import ATTEMPT, JOB, KubernetesOptions
+from shoal.kubernetes.options import JOB, KubernetesOptions
 from shoal.kubernetes.watch import Cache
 from shoal.protocol import (
     ExitReport,
@@ -50,6 +50,7 @@ RETRY_S = 0.5
 LOG_WAIT_S = 10.0  # an ended Pod's exit waits at most this long for its log to be shipped
 REPORT_GAP_S = 0.05
 LAUNCHERS = 8  # Pods created at once (each create is one request, ~10 ms on the API server)
+DELETERS = 4  # ended Pods deleted at once, off the reporter thread
 
 
 class KubernetesAgent:
@@ -78,9 +79,14 @@ class KubernetesAgent:
         self._followers: dict[str, Follower] = {}
         self._launching: set[str] = set()
         self._acked: set[str] = set()  # exits acknowledged: their Pods are being deleted
-        self._where: dict[str, tuple[str, str]] = {}  # attempt -> (job, Pod name), until acked
+        # attempt -> (job, Pod name, whether it has a Secret of its own), until acked
+        self._where: dict[str, tuple[str, str, bool]] = {}
+        # shoal's own Pods as the watch last served them: by attempt, and the attempts of each job
+        self._own: dict[str, Any] = {}
+        self._of_job: dict[str, set[str]] = {}
         self._http = httpx.Client(**connection.httpx_settings(ORDER_WAIT_S + 10.0))
         self._launches = ThreadPoolExecutor(LAUNCHERS, thread_name_prefix="k8s-launch")
+        self._deletes = ThreadPoolExecutor(DELETERS, thread_name_prefix="k8s-delete")
         self._threads = [
             threading.Thread(target=self._reporter, name="k8s-reporter", daemon=True),
             threading.Thread(target=self._order_taker, name="k8s-orders", daemon=True),
@@ -103,6 +109,7 @@ class KubernetesAgent:
         for thread in self._threads:
             thread.join(timeout=15)
         self._launches.shutdown(wait=True, cancel_futures=True)
+        self._deletes.shutdown(wait=True, cancel_futures=True)
         self._http.close()
 
     # ---- watch events ----
@@ -119,13 +126,15 @@ class KubernetesAgent:
         if not facts.attempt_id:
             return
         now = time.time()
+        job = (new.metadata.annotations or {}).get(JOB, "")
         with self._lock:
+            self._index(kind, facts.attempt_id, job, new)
             if facts.attempt_id in self._acked:
                 if kind == "DELETED":  # its Pod is gone for good: nothing more will be heard
                     self._acked.discard(facts.attempt_id)
                 return
-            job = (new.metadata.annotations or {}).get(JOB, "")
-            self._where[facts.attempt_id] = (job, new.metadata.name)
+            secret = status.has_command_secret(new)
+            self._where[facts.attempt_id] = (job, new.metadata.name, secret)
             if kind == "DELETED":
                 ended: ExitReport | None = status.gone_report(facts, now)
                 if not facts.stop_requested:  # behind shoal's back: its owner may be gone too
@@ -138,6 +147,19 @@ class KubernetesAgent:
                 self._exits[facts.attempt_id] = ended
                 self._ended_at[facts.attempt_id] = time.monotonic()
         self.report_now.set()
+
+    def _index(self, kind: str, attempt_id: str, job: str, pod: Any) -> None:
+        """Keep the index of shoal's own Pods (under the lock)."""
+        if kind == "DELETED":
+            self._own.pop(attempt_id, None)
+            attempts = self._of_job.get(job)
+            if attempts is not None:
+                attempts.discard(attempt_id)
+                if not attempts:
+                    del self._of_job[job]
+            return
+        self._own[attempt_id] = pod
+        self._of_job.setdefault(job, set()).add(attempt_id)
 
     def _follow(self, name: str, attempt_id: str) -> None:
         if attempt_id in self._followers:
@@ -161,7 +183,8 @@ class KubernetesAgent:
     # ---- reports ----
 
     def _own_pods(self) -> list[Any]:
-        return [p for p in self.pods.items() if is_ours(p, self.options)]
+        with self._lock:
+            return list(self._own.values())
 
     def report_request(self) -> ReportRequest:
         pods = self.pods.items()
@@ -231,7 +254,7 @@ class KubernetesAgent:
         response = self._http.post("/api/v1/agent/report", json=request.model_dump())
         response.raise_for_status()
         answer = ReportResponse.model_validate(response.json())
-        for attempt_id in answer.acked:
+        for attempt_id in answer.acked:  # deleted in the pool: reports must not wait on it
             self._finish(attempt_id)
         for attempt_id in answer.kill:  # stale: an orphan, or an attempt declared lost
             pod = self._pod_of(attempt_id)
@@ -240,32 +263,29 @@ class KubernetesAgent:
                 self.launcher.stop(pod.metadata.name, 0)
 
     def _finish(self, attempt_id: str) -> None:
-        """The server has the exit: delete the Pod (and the job's owner, if it was its last)."""
+        """The server has the exit: delete the Pod (and the job's owner, if it was its last),
+        in the pool of deleters."""
         with self._lock:
             self._exits.pop(attempt_id, None)
             self._ended_at.pop(attempt_id, None)
             self._followers.pop(attempt_id, None)
             self._acked.add(attempt_id)
             where = self._where.pop(attempt_id, None)
-        if where is None:  # never created (refused, or killed before its launch)
-            return
-        job, name = where
-        others = [
-            p
-            for p in self._own_pods()
-            if (p.metadata.annotations or {}).get(JOB) == job
-            and (p.metadata.labels or {}).get(ATTEMPT) not in self._acked
-        ]
+            if where is None:  # never created (refused, or killed before its launch)
+                return
+            job, name, with_secret = where
+            others = self._of_job.get(job, set()) - self._acked
+        self._deletes.submit(self._remove, job, name, not others, with_secret)
+
+    def _remove(self, job: str, name: str, last_of_job: bool, with_secret: bool) -> None:
         try:
-            self.launcher.remove(job, name, last_of_job=not others)
+            self.launcher.remove(job, name, last_of_job=last_of_job, with_secret=with_secret)
         except Exception as exc:
             log.warning("could not delete Pod %s: %s", name, exc)
 
     def _pod_of(self, attempt_id: str) -> Any | None:
-        for pod in self._own_pods():
-            if (pod.metadata.labels or {}).get(ATTEMPT) == attempt_id:
-                return pod
-        return None
+        with self._lock:
+            return self._own.get(attempt_id)
 
     # ---- orders ----
 
@@ -294,11 +314,7 @@ class KubernetesAgent:
 
     def _known(self) -> list[str]:
         with self._lock:
-            known = set(self._exits) | self._launching
-        for pod in self._own_pods():
-            known.add((pod.metadata.labels or {}).get(ATTEMPT, ""))
-        known.discard("")
-        return sorted(known)
+            return sorted(set(self._exits) | self._launching | set(self._own))
 
     def _orders(self) -> OrdersResponse:
         names = [n.metadata.name for n in self.nodes.items() if wanted(n)]

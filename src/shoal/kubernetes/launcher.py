@@ -50,6 +50,9 @@ class Launcher:
         self._locks_lock = threading.Lock()
         # job -> (its owner reference, the host-list keys it holds); under the job's lock
         self._owners: dict[str, tuple[dict[str, Any], set[str]]] = {}
+        # job -> the Pods this process created and has not removed; under the job's lock. The
+        # owner is never deleted while one is left: its watch event may not have come in yet.
+        self._live: dict[str, set[str]] = {}
 
     def _lock(self, job_id: str) -> threading.Lock:
         with self._locks_lock:
@@ -67,6 +70,7 @@ class Launcher:
                 if secret is not None:
                     self._create(self.core.create_namespaced_secret, secret)
                 self._create(self.core.create_namespaced_pod, pod(order, self.options, owner))
+                self._live.setdefault(order.job_id, set()).add(pod_name(order))
             except Exception as exc:
                 status = _status(exc)
                 if status is not None and 400 <= status < 500 and status not in (409, 429):
@@ -95,8 +99,8 @@ class Launcher:
 
     def _create(self, create: Any, body: dict[str, Any]) -> None:
         self.requests += 1
-        try:
-            create(self.options.namespace, body)
+        try:  # the answer is not read into objects: parsing a Pod costs more than sending it
+            _drain(create(self.options.namespace, body, _preload_content=False))
         except Exception as exc:
             if _status(exc) != 409:  # 409: it exists (a repeated order)
                 raise
@@ -126,31 +130,54 @@ class Launcher:
         try:
             self.requests += 2
             patch = {"metadata": {"annotations": {names.STOP: "true"}}}
-            self.core.patch_namespaced_pod(name, self.options.namespace, patch)
-            self.core.delete_namespaced_pod(
-                name, self.options.namespace, grace_period_seconds=max(int(grace_s), 0)
+            _drain(
+                self.core.patch_namespaced_pod(
+                    name, self.options.namespace, patch, _preload_content=False
+                )
+            )
+            _drain(
+                self.core.delete_namespaced_pod(
+                    name,
+                    self.options.namespace,
+                    grace_period_seconds=max(int(grace_s), 0),
+                    _preload_content=False,
+                )
             )
         except Exception as exc:
             if _status(exc) != 404:
                 raise
 
-    def remove(self, job_id: str, name: str, last_of_job: bool) -> None:
-        """Delete an ended Pod and its Secret (its logs are shipped); with ``last_of_job``, the
-        job's owner ConfigMap too."""
+    def remove(self, job_id: str, name: str, last_of_job: bool, with_secret: bool) -> None:
+        """Delete an ended Pod (its logs are shipped) and, ``with_secret``, its Secret; with
+        ``last_of_job`` (no other Pod of the job in the watch), the job's owner ConfigMap too,
+        unless a Pod of the job was created since."""
         with self._lock(job_id):
-            for delete in (self.core.delete_namespaced_pod, self.core.delete_namespaced_secret):
-                self._delete(delete, name)
-            if last_of_job:
+            self._delete(self.core.delete_namespaced_pod, name)
+            if with_secret:
+                self._delete(self.core.delete_namespaced_secret, name)
+            live = self._live.get(job_id, set())
+            live.discard(name)
+            if not live:
+                self._live.pop(job_id, None)
+            if last_of_job and not live:
                 self._owners.pop(job_id, None)
                 self._delete(self.core.delete_namespaced_config_map, owner_name(job_id))
 
     def _delete(self, delete: Any, name: str) -> None:
         self.requests += 1
         try:
-            delete(name, self.options.namespace)
+            _drain(delete(name, self.options.namespace, _preload_content=False))
         except Exception as exc:
             if _status(exc) != 404:
                 raise
+
+
+def _drain(response: Any) -> None:
+    """Read a raw answer to its end, so its connection goes back to the pool."""
+    release = getattr(response, "release_conn", None)
+    if release is not None:
+        response.read()
+        release()
 
 
 def _refusal(exc: Exception) -> str:

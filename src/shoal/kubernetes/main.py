@@ -16,6 +16,7 @@ from shoal.kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("shoal.kubernetes")
 AGENT_ID = "kubernetes"
+CONNECTIONS = 32
 
 
 class KubernetesConfigError(Exception):
@@ -49,6 +50,9 @@ def api_client(options: KubernetesOptions) -> Any:
             )
     except config.ConfigException as exc:
         raise KubernetesConfigError(f"the Kubernetes configuration is not usable: {exc}") from exc
+    # launches, deletions, two watches, log followers and exec sessions share the pool: the
+    # client's default of 10 connections made threads wait and reconnect
+    configuration.connection_pool_maxsize = CONNECTIONS
     return client.ApiClient(configuration)
 
 

@@ -19,6 +19,8 @@ VC = f"{PREFIX}/virtual-cluster"
 EPOCH = f"{PREFIX}/epoch"  # annotation: the node epoch the attempt was launched under
 STOP = f"{PREFIX}/stop-requested"  # annotation set before shoal deletes a Pod it stops
 TASK_CONTAINER = "task"
+BARRIER_CONTAINER = "shoal-barrier"  # the start barrier's sidecar (barrier_script.py)
+BARRIER_SWITCH = "SHOAL_START_BARRIER"  # a job's env: 1 or 0, over the agent's --start-barrier
 # A Node shoal never uses (a kwok node's annotation is not one: kwok nodes are real to shoal).
 NODE_OPT_OUT = f"{PREFIX}/exclude"
 
@@ -49,3 +51,8 @@ class KubernetesOptions:
     instance: str = "shoal"  # the value of the shoal.dev/instance label
     # Ship each task's log through pods/log (off: kwok's fake nodes serve no logs, bench).
     follow_logs: bool = True
+    # The start barrier (pod network only): a task's command starts once every peer's Pod
+    # answers on ``barrier_port``; a job's SHOAL_START_BARRIER=1/0 turns it on or off for it.
+    start_barrier: bool = False
+    barrier_port: int = 19999  # below the task port range, so no task is given it
+    barrier_image: str | None = None  # None: the task's own image (it needs python3)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from importlib import resources
 from typing import Any
 
 from shoal.kubernetes import options as names
@@ -26,6 +27,10 @@ META_DIR = "/shoal/meta"
 # the container sees its own GPUs from 0, so these are left to the device plugin.
 DEVICE_PLUGIN_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 MAX_NAME = 63  # a Pod's name is its hostname: one DNS label
+BARRIER_SCRIPT = (resources.files("shoal.kubernetes") / "barrier_script.py").read_text()
+# The startup probe's failures allowed, one a second: a peer missing this long (a day) is not
+# coming; the kubelet then restarts the sidecar, which waits again.
+BARRIER_PROBES = 86_400
 
 
 def slug(text: str, limit: int = 20) -> str:
@@ -232,6 +237,9 @@ def pod(order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]) -
             },
         ],
     }
+    barrier = _barrier(order, options)
+    if barrier:
+        spec["initContainers"] = barrier
     if order.deadline_s is not None:
         spec["activeDeadlineSeconds"] = max(int(order.deadline_s), 1)
     if options.network == "pod":  # <role>-<index>.<service>: nodes.task_address_pattern
@@ -255,6 +263,47 @@ def pod(order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]) -
         },
         "spec": spec,
     }
+
+
+def barrier_on(order: LaunchOrder, options: KubernetesOptions) -> bool:
+    """Whether the attempt's Pod waits at the start barrier: in the pod network, for a job of
+    more than one task, as the job's SHOAL_START_BARRIER or else the agent's option says."""
+    if options.network != "pod" or len(order.hostfile.splitlines()) < 2:
+        return False
+    switch = order.env.get(names.BARRIER_SWITCH, "").strip().lower()
+    if switch in ("1", "true", "yes", "on"):
+        return True
+    if switch in ("0", "false", "no", "off"):
+        return False
+    return options.start_barrier
+
+
+def _barrier(order: LaunchOrder, options: KubernetesOptions) -> list[dict[str, Any]]:
+    """The start barrier as a sidecar (a restartable init container): its startup probe holds
+    the task's container back until every peer answers (barrier_script.py)."""
+    if not barrier_on(order, options):
+        return []
+    port = options.barrier_port
+    return [
+        {
+            "name": names.BARRIER_CONTAINER,
+            "image": options.barrier_image or order.image_name or options.default_image,
+            "restartPolicy": "Always",
+            "command": ["python3", "-c", BARRIER_SCRIPT],
+            "env": [
+                {"name": "SHOAL_BARRIER_PORT", "value": str(port)},
+                {"name": "SHOAL_BARRIER_HOSTFILE", "value": f"{META_DIR}/hostfile"},
+            ],
+            "ports": [{"name": "shoal-barrier", "containerPort": port, "protocol": "TCP"}],
+            "startupProbe": {
+                "httpGet": {"path": "/ready", "port": port},
+                "periodSeconds": 1,
+                "failureThreshold": BARRIER_PROBES,
+            },
+            "volumeMounts": [{"name": "meta", "mountPath": META_DIR, "readOnly": True}],
+            **({"imagePullPolicy": options.image_pull_policy} if options.image_pull_policy else {}),
+        }
+    ]
 
 
 def unsupported(order: LaunchOrder) -> str | None:

@@ -60,6 +60,7 @@ class PodFacts:
     waiting_reason: str | None
     waiting_message: str | None
     image: str | None
+    barrier_failure: str | None = None  # why the start barrier's sidecar cannot run
 
 
 def _stamp(value: datetime | None) -> float | None:
@@ -73,6 +74,40 @@ def _task_status(pod: Any) -> Any:
         if status.name == names.TASK_CONTAINER:
             return status
     return None
+
+
+def _barrier_failure(pod: Any) -> str | None:
+    """Why the start barrier's sidecar will not let the task start (None: it may yet)."""
+    for status in (pod.status.init_container_statuses if pod.status else None) or ():
+        if status.name != names.BARRIER_CONTAINER:
+            continue
+        image = status.image or "its image"
+        waiting = status.state.waiting if status.state else None
+        if waiting is not None and waiting.reason in CANNOT_START:
+            said = f": {waiting.message}" if waiting.message else ""
+            return (
+                f"the start barrier's image {image}: {CANNOT_START[waiting.reason]} "
+                f"({waiting.reason}{said})"
+            )
+        for state in (status.state, status.last_state):
+            ended = state.terminated if state is not None else None
+            if ended is not None and ended.exit_code not in (0, None):
+                return (
+                    f"the start barrier's sidecar exited with code {ended.exit_code}: it runs "
+                    f"python3 in {image}; give the agent --barrier-image with python3, or set "
+                    "SHOAL_START_BARRIER=0 in the job's env (docs/kubernetes.md)"
+                )
+    return None
+
+
+def has_command_secret(pod: Any) -> bool:
+    """Whether the Pod's task takes its command from a Secret of its own (a job with secrets)."""
+    for container in pod.spec.containers or []:
+        for variable in container.env or []:
+            source = variable.value_from
+            if source is not None and source.secret_key_ref is not None:
+                return True
+    return False
 
 
 def facts(pod: Any) -> PodFacts:
@@ -105,6 +140,7 @@ def facts(pod: Any) -> PodFacts:
         waiting_reason=waiting.reason if waiting else None,
         waiting_message=waiting.message if waiting else None,
         image=image,
+        barrier_failure=_barrier_failure(pod),
     )
 
 
@@ -119,7 +155,11 @@ def running_report(pod: PodFacts) -> RunningReport | None:
 
 def launch_failure(pod: PodFacts) -> str | None:
     """Why the Pod's container will never start (None: it may yet)."""
-    if pod.phase != "Pending" or pod.waiting_reason not in CANNOT_START:
+    if pod.phase != "Pending":
+        return None
+    if pod.barrier_failure is not None:
+        return pod.barrier_failure
+    if pod.waiting_reason not in CANNOT_START:
         return None
     said = f": {pod.waiting_message}" if pod.waiting_message else ""
     return f"image {pod.image}: {CANNOT_START[pod.waiting_reason]} ({pod.waiting_reason}{said})"
