@@ -7,6 +7,7 @@ import time
 import typer
 
 from shoal.cli.changes_view import print_changes
+from shoal.cli.columns import Column, table_text, terminal_width
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail, print_json
 from shoal.cli.render import console, new_table
 
@@ -31,15 +32,22 @@ def create_user(
     console.print(made["token"], markup=False)
 
 
+_USER_COLUMNS = [Column("NAME"), Column("ROLE"), Column("GROUPS")]
+
+
 @user_app.command("list")
 @api_errors
 def list_users(output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Every user with their role (admin or user) and groups (admins)."""
     rows = client().users()
     if emit(rows, output):
         return
-    for row in rows:
-        role = "admin" if row["admin"] else "user"
-        console.print(f"{row['name']}  {role}  {','.join(row['groups'])}", markup=False)
+    cells = [
+        [row["name"], "admin" if row["admin"] else "user", ",".join(row["groups"]) or "-"]
+        for row in rows
+    ]
+    width = None if output is OutputFormat.WIDE else terminal_width()
+    typer.echo(table_text(_USER_COLUMNS, cells, width))
 
 
 @user_app.command("update")
