@@ -111,7 +111,9 @@ def list_jobs(
     since: str | None = typer.Option(
         None, "--since", help="Only jobs submitted since: 30m, 12h, 7d, 2w or a date."
     ),
-    limit: int = typer.Option(100, "--limit", min=1, max=10000),
+    limit: int = typer.Option(
+        100, "--limit", min=1, max=10000, help="Show at most this many jobs (the newest)."
+    ),
     watch_it: bool = WATCH_OPTION,
     interval: float = INTERVAL_OPTION,
     output: OutputFormat = OUTPUT_OPTION,

@@ -147,7 +147,9 @@ def _next_steps(home: Path, host: str, ca_hash: str) -> None:
 def start(
     home: Path = HOME_OPTION,
     host: str = typer.Option(..., "--host", help="Address to listen on (0.0.0.0: all)."),
-    port: int = typer.Option(DEFAULT_PORT, "--port", min=1, max=65535),
+    port: int = typer.Option(
+        DEFAULT_PORT, "--port", min=1, max=65535, help=f"Port to listen on ({DEFAULT_PORT})."
+    ),
     kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s)."),
     node_timeout: float = typer.Option(
         30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."

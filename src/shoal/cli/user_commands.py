@@ -13,12 +13,13 @@ from shoal.cli.render import console, new_table
 
 user_app = typer.Typer(help="Users (admins).", no_args_is_help=True)
 token_app = typer.Typer(help="Your API tokens.", no_args_is_help=True)
+USER_NAME = typer.Argument(..., help="The user's name (`shoal user list`).")
 
 
 @user_app.command("create")
 @api_errors
 def create_user(
-    name: str,
+    name: str = typer.Argument(..., help="The new user's name."),
     admin: bool = typer.Option(False, "--admin", help="Make the user an admin."),
     groups: str = typer.Option("", "--groups", help="Comma-separated groups."),
     password: str | None = typer.Option(None, "--password", help="For OpenPAI-style login."),
@@ -53,7 +54,7 @@ def list_users(output: OutputFormat = OUTPUT_OPTION) -> None:
 @user_app.command("update")
 @api_errors
 def update_user(
-    name: str,
+    name: str = USER_NAME,
     admin: bool | None = typer.Option(None, "--admin/--no-admin", help="Grant or drop admin."),
     groups: str | None = typer.Option(None, "--groups", help="Replace the groups: a,b."),
     add_group: list[str] = typer.Option([], "--add-group", help="Add a group."),
@@ -95,7 +96,7 @@ def update_user(
 @user_app.command("delete")
 @api_errors
 def delete_user(
-    name: str,
+    name: str = USER_NAME,
     stop_jobs: bool = typer.Option(
         False, "--stop-jobs", help="Stop the user's active jobs first (else they block it)."
     ),
@@ -110,7 +111,9 @@ def delete_user(
 @token_app.command("create")
 @api_errors
 def create_token(
-    label: str = typer.Option("", "--label"),
+    label: str = typer.Option(
+        "", "--label", help="A note to tell your tokens apart (`shoal token list` shows it)."
+    ),
     expires: str | None = typer.Option(None, "--expires", help="e.g. 3600, 12h, 30d."),
     application: bool = typer.Option(False, "--application", help="Job operations only."),
     output: OutputFormat = OUTPUT_OPTION,
@@ -155,6 +158,9 @@ def list_tokens(output: OutputFormat = OUTPUT_OPTION) -> None:
 
 @token_app.command("revoke")
 @api_errors
-def revoke_token(token_id: int) -> None:
+def revoke_token(
+    token_id: int = typer.Argument(..., help="The token's id (`shoal token list`)."),
+) -> None:
+    """Revoke one of your tokens (admins: anyone's): it is refused from now on."""
     client().revoke_token(token_id)
     console.print(f"token {token_id} revoked")

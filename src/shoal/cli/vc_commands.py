@@ -78,13 +78,14 @@ AGING_MAX_PREEMPTIONS = typer.Option(
     min=1,
     help="With --aging: a job preempted this many times is no longer aged (default: no limit).",
 )
-DESCRIPTION = typer.Option("", "--description")
+DESCRIPTION = typer.Option("", "--description", help="What the virtual cluster is for.")
+NAME = typer.Argument(..., help="The virtual cluster's name (`shoal vc list`).")
 
 
 @vc_app.command("create")
 @api_errors
 def create(
-    name: str,
+    name: str = NAME,
     guarantee: str | None = GUARANTEE,
     borrow_limit: str | None = BORROW,
     members: str | None = MEMBERS,
@@ -163,7 +164,7 @@ def _queue(vc: dict[str, Any]) -> str:
 
 @vc_app.command()
 @api_errors
-def delete(name: str) -> None:
+def delete(name: str = NAME) -> None:
     """Delete a virtual cluster with no active jobs (admins)."""
     client().delete_vc(name)
     console.print(f"virtual cluster {name} deleted")

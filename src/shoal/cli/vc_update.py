@@ -189,7 +189,7 @@ CLEAR_HELP = "Remove the setting: "
 
 @api_errors
 def update_command(
-    name: str,
+    name: str = typer.Argument(..., help="The virtual cluster's name (`shoal vc list`)."),
     guarantee: str | None = typer.Option(
         None, "--guarantee", help="Set these resources only, e.g. gpu=4 or gpu.A100=2,cpu=16."
     ),
@@ -238,7 +238,9 @@ def update_command(
         help="With --aging: a job preempted this many times is no longer aged.",
     ),
     clear_aging: bool = typer.Option(False, "--clear-aging", help=CLEAR_HELP + "no aging."),
-    description: str | None = typer.Option(None, "--description"),
+    description: str | None = typer.Option(
+        None, "--description", help="What the virtual cluster is for."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the change; write nothing."),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
