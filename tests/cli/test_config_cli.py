@@ -167,3 +167,36 @@ def test_completion_is_on(tmp_path: Path) -> None:
         check=False,
     )
     assert "_SHOAL_COMPLETE" in shown.stdout, (shown.returncode, shown.stderr)
+
+
+def test_logout_forgets_the_saved_token_and_says_what_went(
+    where: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, config = where
+    local_cluster(home)
+    (home / "token").write_text("shoal_loggedin\n")  # as `shoal login` writes it
+    code, out = shoal("logout")  # no context: the local cluster
+    assert code == 0, out
+    assert f"removed the token in {home / 'token'}" in out
+    assert f"{home / 'admin.token'} (the cluster's admin token" in out
+    assert not (home / "token").exists() and (home / "admin.token").exists()
+    assert "nothing to forget" in shoal("logout")[1]
+
+    token_file = tmp_path / "lab.token"
+    token_file.write_text("shoal_fromfile\n")
+    shoal("config", "set-context", "lab", "--server", "http://lab:1", "--token-file",
+          str(token_file))  # fmt: skip
+    shoal("config", "set-context", "dev", "--server", "http://dev:1", "--token", "shoal_inline",
+          "--use")  # fmt: skip
+    code, out = shoal("logout")  # the current context, dev
+    assert code == 0 and "logged out of context dev (http://dev:1): removed its token" in out
+    assert "shoal_inline" not in config.read_text()
+    code, out = shoal("--context", "lab", "logout")
+    assert code == 0 and f"no longer reads its token from {token_file.resolve()}" in out, out
+    assert token_file.exists() and "lab.token" not in config.read_text()
+    assert resolve("lab").token is None and resolve().token is None
+    assert shoal("--context", "nope", "logout")[0] == 1
+
+    monkeypatch.setenv("SHOAL_URL", "http://env:2")
+    code, out = shoal("logout")
+    assert code == 1 and "$SHOAL_URL" in out and "nothing is saved" in out

@@ -1,7 +1,10 @@
-"""``shoal config ...`` (contexts: server URL + token, like a kubeconfig), ``whoami``, ``login``."""
+"""``shoal config ...`` (contexts: server URL + token, like a kubeconfig), ``whoami``, ``login``,
+``logout``."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -273,3 +276,50 @@ def _login_context(name: str, server: str | None, token: str) -> None:
     )
     if old is not None and old.token_file is not None:
         err_console.print(f"note: context {name} no longer reads {old.token_file}")
+
+
+@api_errors
+def logout() -> None:
+    """Forget the token saved for the current context (`shoal --context NAME logout`: that one's),
+    as `shoal login` saved it; says what was removed. The server is not asked."""
+    chosen = clientconfig.selected_context or os.environ.get("SHOAL_CONTEXT") or None
+    if chosen is None and os.environ.get("SHOAL_URL"):
+        raise fail(
+            "the server comes from $SHOAL_URL and its token from $SHOAL_TOKEN, if set: nothing "
+            "is saved for it; unset SHOAL_TOKEN to stop sending a token"
+        )
+    config = ClientConfig.load()
+    name = chosen or config.current or LOCAL
+    said = _forget_local_token() if name == LOCAL else _forget_context_token(config, name)
+    console.print(said, markup=False)
+    if os.environ.get("SHOAL_TOKEN"):
+        err_console.print("note: $SHOAL_TOKEN is set: commands still send that token")
+
+
+def _forget_local_token() -> str:
+    home = default_home()
+    saved, admin = home / "token", home / "admin.token"
+    left = (
+        f"; {admin} (the cluster's admin token, `shoal up` wrote it) is used now"
+        if admin.exists()
+        else ""
+    )
+    if not saved.exists():
+        return f"nothing to forget: no token saved by `shoal login` in {home}{left}"
+    saved.unlink()
+    return f"logged out of the local cluster under {home}: removed the token in {saved}{left}"
+
+
+def _forget_context_token(config: ClientConfig, name: str) -> str:
+    context = config.get(name)
+    if context.token is None and context.token_file is None:
+        return f"nothing to forget: context {name} has no saved token ({config.path})"
+    if context.token is not None:
+        removed = f"removed its token from {config.path}"
+    else:
+        removed = (
+            f"it no longer reads its token from {context.token_file} (the file itself is left)"
+        )
+    config.contexts[name] = replace(context, token=None, token_file=None)
+    config.save()
+    return f"logged out of context {name} ({context.server}): {removed}"

@@ -25,7 +25,7 @@ from shoal.cli import (
     sim_command,
     usage_command,
 )
-from shoal.cli.config_commands import config_app, login, whoami
+from shoal.cli.config_commands import config_app, login, logout, whoami
 from shoal.cli.data_commands import data_app
 from shoal.cli.image_commands import image_app
 from shoal.cli.job_commands import job_app
@@ -56,6 +56,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(image_app, name="image")
 app.add_typer(cluster_ssh_commands.cluster_app, name="cluster")
 app.command()(login)
+app.command()(logout)
 app.command()(whoami)
 app.command()(cluster_commands.up)
 app.command()(cluster_commands.down)
