@@ -204,7 +204,8 @@ def status(output: OutputFormat = OUTPUT_OPTION) -> None:
         f"memory {used['memoryMiB']:g}/{totals['memoryMiB']:g} MiB · "
         f"gpu {used['gpus']:g}/{totals['gpus']:g}"
     )
-    console.print("jobs: " + ", ".join(f"{n} {s.lower()}" for s, n in data["jobs"].items() if n))
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in data["jobs"].items() if n)
+    console.print(f"jobs: {counts or 'none'}")
 
 
 @api_errors
