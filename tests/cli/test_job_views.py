@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from shoal.cli.columns import Column, table_text
-from shoal.cli.job_text import describe_text, list_text, since_epoch, status_text
+from shoal.cli.job_text import describe_text, list_text, since_epoch, status_text, why_text
 from tests.cli.test_job_cli import real_shoal, shoal
 
 LONG = "a-long-job-name-that-is-never-cut-at-all"  # 40 characters
@@ -166,3 +166,21 @@ def test_plan_without_a_server_uses_simulated_nodes_and_says_so(tmp_path: Path) 
     assert "planned on 1 simulated idle node(s)" in result.stderr
     (plan,) = json.loads(result.stdout)
     assert plan["cluster"] == "simulated" and plan["admitted"] is True
+
+
+def test_a_position_not_computed_yet_is_said_so_never_shown_as_a_question_mark() -> None:
+    known = {**summary("9", "mine"), "diagnostics": "", "tasks": []}
+    assert "(position 3 in virtual cluster default)" in status_text(known, None, 80)
+    restarted = {**known, "pending": {"code": "InsufficientGPU", "message": "m", "position": None}}
+    for text in (
+        status_text(restarted, None, 80),
+        why_text({"id": "9", "state": "WAITING", "virtualCluster": "default", "position": None,
+                  "code": "InsufficientGPU", "message": "m", "blockers": [], "preempting": []}),
+    ):  # fmt: skip
+        assert "?" not in text, text
+        assert (
+            "position not computed yet: the scheduler has not run since the server restarted"
+            in text
+        )
+    held = {**known, "pending": {"code": "ArrayConcurrencyLimit", "message": "at most 5 at once"}}
+    assert "position" not in status_text(held, None, 80)  # not in the queue: no position at all

@@ -207,8 +207,15 @@ def tasks_text(detail: Job, width: int | None, indent: str = "") -> str:
     return table_text(_TASK_COLUMNS, _task_rows(detail), width, indent)
 
 
-# Reasons that keep a waiting job out of its VC's queue: it has no position there.
-OUT_OF_QUEUE = frozenset({"ImageNotFound"})
+# Reasons that keep a waiting job out of its VC's queue: it has no position there (an array
+# element its concurrency cap holds back: core.arrays.ARRAY_CONCURRENCY_LIMIT).
+OUT_OF_QUEUE = frozenset({"ImageNotFound", "ArrayConcurrencyLimit"})
+# A queued job's position comes from the scheduler's last cycle: none yet right after a restart
+# of the server (or a submission), until the next cycle.
+NO_POSITION_YET = (
+    "position not computed yet: the scheduler has not run since the server restarted or the job "
+    "was submitted"
+)
 
 
 def waiting_lines(detail: Job, why: Job | None) -> list[str]:
@@ -217,9 +224,10 @@ def waiting_lines(detail: Job, why: Job | None) -> list[str]:
     if pending and pending["code"] in OUT_OF_QUEUE:  # its message says what it waits for
         lines.append(f"  waiting: {pending['code']}: {pending['message']}")
     elif pending:
+        position, vc = pending.get("position"), detail["virtualCluster"]
+        where = f"position {position} in" if position else f"{NO_POSITION_YET}; in"
         lines.append(
-            f"  waiting: {pending['code']}: {pending['message']} (position "
-            f"{pending.get('position') or '?'} in virtual cluster {detail['virtualCluster']})"
+            f"  waiting: {pending['code']}: {pending['message']} ({where} virtual cluster {vc})"
         )
     if why is not None:
         lines.extend(_why_details(why))
@@ -309,7 +317,7 @@ def elements_text(elements: Sequence[Job], parent: str, width: int | None) -> st
 def why_text(why: Job) -> str:
     if why["state"] != "WAITING":
         return f"job {why['id']} is {why['state']}, not waiting"
-    where = f"position {why['position'] or '?'} in its queue"
+    where = f"position {why['position']} in its queue" if why["position"] else NO_POSITION_YET
     if why["code"] in OUT_OF_QUEUE:
         where = "not in its queue until then"
     lines = [
