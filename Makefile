@@ -21,6 +21,9 @@ TORCH_VERSION ?= 2.13.0
 # `make run PORT=9000` starts the server on that port (an error if it is taken); without PORT,
 # `shoal up` tries 8476 and takes a free port if 8476 is in use.
 PORT ?=
+# `make run PORT_BASE=30000` gives tasks ports from 30000 (1,000 per node; `shoal up --port-base`,
+# default 20000), e.g. when another cluster or service already holds 20000 and up.
+PORT_BASE ?=
 
 .PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes crash fuzz clean
 
@@ -121,7 +124,8 @@ $(TORCH_STAMP): $(STAMP)
 # Tasks run with the submitting shell's PATH, so the job is submitted with the venv's bin first
 # (its python has numpy), as after `source .venv/bin/activate`.
 run: setup-runtime web
-	$(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2 $(if $(PORT),--port $(PORT))
+	$(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2 $(if $(PORT),--port $(PORT)) \
+		$(if $(PORT_BASE),--port-base $(PORT_BASE))
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/shoal --context local job submit \
 		examples/rl-actor-learner/job.yaml --wait
 	$(BIN)/shoal --context local job logs rl-actor-learner --task learner/0
