@@ -1,4 +1,8 @@
-"""Train a small MLP with DistributedDataParallel (gloo, CPU) and verify the replicas agree."""
+"""Train a small MLP with DistributedDataParallel (gloo, CPU) and verify the replicas agree.
+
+Needs PyTorch in the Python the tasks run (`pip install torch`; `make test` installs it in
+.venv): without it, each worker says so and exits 1.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,17 @@ import hashlib
 import os
 import sys
 
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+try:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+except ImportError:
+    sys.exit(
+        f"this example needs PyTorch, which {sys.executable} cannot import: install it with "
+        "`pip install torch` into the environment the job runs in (a CPU-only wheel is enough: "
+        "`pip install torch --index-url https://download.pytorch.org/whl/cpu`), then resubmit"
+    )
 
 
 def shard(rank: int, world: int, n: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:

@@ -89,3 +89,23 @@ def test_pytorch_ddp_workers_agree(cluster: LocalCluster) -> None:
     digests = {line.split("sha256 ")[1].split(",")[0] for line in finals}
     assert len(digests) == 1, finals  # identical weights on both replicas
     assert all("replicas agree: True" in line for line in finals)
+
+
+def test_pytorch_ddp_without_torch_says_how_to_get_it() -> None:
+    """Run where torch cannot be imported, a worker names the fix and fails (not a traceback)."""
+    without_torch = (
+        "import runpy, sys\n"
+        "sys.modules['torch'] = None  # as in an environment without PyTorch\n"
+        f"sys.argv = [{str(EXAMPLES / 'pytorch-ddp' / 'train.py')!r}]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", without_torch],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "needs PyTorch" in done.stderr and "`pip install torch`" in done.stderr, done.stderr
