@@ -333,6 +333,12 @@ class LaunchOrder(BaseModel):
         "Kubernetes Pod runs (None: the agent's default image).",
     )
     limits: TaskLimits | None = Field(None, description="None: an order from an older server.")
+    fetch_token: str | None = Field(
+        None,
+        repr=False,
+        description="Kubernetes agents only: the attempt's credential for GET "
+        "/api/v1/attempts/{id}/code and /data/{sha256}, given to its Pod through a Secret.",
+    )
 
 
 # ---- exec: a command in a running task's environment (docs/terminal.md) ----

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shoal.kubernetes import pods
+from shoal.kubernetes import helpers
 from tests.kubernetes.harness import free_port, wait_for
 
 
@@ -43,7 +43,7 @@ def barriers(tmp_path: Path) -> Iterator[tuple[list[int], Path, list[subprocess.
 def start(port: int, hostfile: Path, started: list[subprocess.Popen[bytes]]) -> None:
     env = {**os.environ, "SHOAL_BARRIER_PORT": str(port), "SHOAL_BARRIER_HOSTFILE": str(hostfile)}
     # as the Pod runs it: the script's text through `python3 -c`
-    proc = subprocess.Popen([sys.executable, "-c", pods.BARRIER_SCRIPT], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", helpers.BARRIER_SCRIPT], env=env)
     started.append(proc)
     wait_for(lambda: ready(port) is not None, 15, f"the barrier on {port} listening")
 

@@ -10,7 +10,7 @@ from kubernetes import client
 from shoal.kubernetes import pods, status
 from shoal.kubernetes.nodes import agent_node, foreign_requests, pod_requests
 from shoal.kubernetes.options import KubernetesOptions
-from shoal.protocol import LaunchOrder, TaskLimits, task_address
+from shoal.protocol import DataMount, LaunchOrder, TaskLimits, task_address
 
 OPTIONS = KubernetesOptions(namespace="shoal", tolerated_taints=("nvidia.com/gpu",))
 
@@ -152,11 +152,11 @@ def test_a_launch_order_as_a_pod() -> None:
 
 def test_secrets_go_to_a_secret_and_plain_commands_stay_inline() -> None:
     owner = {"name": "shoal-job-17"}
-    secret = pods.command_secret(order(), OPTIONS, owner)
+    secret = pods.attempt_secret(order(), OPTIONS, owner)
     assert secret is not None
     assert secret["stringData"] == {"command": "python train.py --token s3cret"}
     plain = order(secrets={}, command="echo hi")
-    assert pods.command_secret(plain, OPTIONS, owner) is None
+    assert pods.attempt_secret(plain, OPTIONS, owner) is None
     assert pods.pod(plain, OPTIONS, owner)["spec"]["containers"][0]["command"] == [
         "/bin/sh",
         "-c",
@@ -172,9 +172,31 @@ def test_names_fit_a_dns_label_and_stay_unique_per_attempt() -> None:
     assert len(pods.label_value("a" * 100)) <= 63
 
 
-def test_code_and_data_are_refused_with_the_way_out() -> None:
-    why = pods.unsupported(order(has_code=True))
-    assert why is not None and "codeDir" in why and "image" in why
+def test_code_and_data_come_through_an_init_container_with_the_attempts_credential() -> None:
+    data = [DataMount(ref="alice/corpus", sha256="d" * 64, kind="dir", size=10)]
+    fetching = order(has_code=True, code_hash="c" * 64, data=data, fetch_token="shoal_attempt_x")
+    options = KubernetesOptions(pod_server_url="https://198.18.0.9:8443", server_ca_pem="PEM")
+    body = pods.pod(fetching, options, OWNER)
+    (fetch,) = body["spec"]["initContainers"]
+    assert fetch["name"] == "shoal-fetch" and fetch["image"] == "pytorch:2"
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in fetch["env"]}
+    assert env["SHOAL_FETCH_SERVER"] == "https://198.18.0.9:8443" and env["SHOAL_FETCH_CA"] == "PEM"
+    assert env["SHOAL_FETCH_CODE"] == "c" * 64 and env["SHOAL_FETCH_ATTEMPT"] == "41.2"
+    assert env["SHOAL_FETCH_TOKEN"] == {
+        "secretKeyRef": {"name": body["metadata"]["name"], "key": "fetch-token"}
+    }
+    assert "shoal_attempt_x" not in str(body), "the credential is in the Secret, not the Pod"
+    secret = pods.attempt_secret(fetching, options, OWNER)
+    assert secret is not None and secret["stringData"]["fetch-token"] == "shoal_attempt_x"
+    assert fetch["volumeMounts"] == [{"name": "work", "mountPath": "/shoal/work"}]
+    assert pods.unsupported(fetching) is None
+
+
+def test_code_an_old_server_cannot_credential_is_refused_with_the_way_out() -> None:
+    why = pods.unsupported(order(has_code=True, code_hash="c" * 64))
+    assert why is not None and "upgrade the shoal server" in why
+    old = pods.unsupported(order(has_code=True, code_hash=None, fetch_token="t"))
+    assert old is not None and "submit the job again" in old
 
 
 def finished_pod(
@@ -267,7 +289,7 @@ def test_the_start_barrier_is_a_sidecar_of_pod_network_gangs_that_a_job_can_turn
     assert sidecar["image"] == "pytorch:2"  # the task's own image by default
     assert sidecar["startupProbe"]["httpGet"] == {"path": "/ready", "port": 19999}
     assert sidecar["command"][:2] == ["python3", "-c"] and "resources" not in sidecar
-    given = KubernetesOptions(network="pod", start_barrier=True, barrier_image="py:3")
+    given = KubernetesOptions(network="pod", start_barrier=True, helper_image="py:3")
     assert pods.pod(gang, given, OWNER)["spec"]["initContainers"][0]["image"] == "py:3"
     off = order(hostfile=gang.hostfile, env={**gang.env, "SHOAL_START_BARRIER": "0"})
     assert "initContainers" not in pods.pod(off, on, OWNER)["spec"]
@@ -292,6 +314,6 @@ def test_a_barrier_that_cannot_run_is_a_launch_error_naming_the_way_out() -> Non
     ]  # fmt: skip
     ended = status.exit_report(status.facts(pod), 0)
     assert ended is not None and ended.launch_error is not None
-    assert "python3" in ended.launch_error and "--barrier-image" in ended.launch_error
+    assert "python3" in ended.launch_error and "--helper-image" in ended.launch_error
     pod.status.init_container_statuses[0].last_state = client.V1ContainerState()
     assert status.exit_report(status.facts(pod), 0) is None  # waiting for peers: fine

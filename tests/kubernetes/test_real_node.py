@@ -4,6 +4,8 @@ TCP, logs that follow and outlive their Pods, and exec through ``pods/exec``."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import shutil
 import ssl
@@ -221,6 +223,73 @@ def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
         assert server["address"] == f"server-0.shoal-job-{job_id}.shoal.svc.cluster.local"
         # the Service goes with the job's owner once its last Pod is deleted
         wait_for(lambda: not pod_shoal.own_pods(), 30, "the job's Pods deleted")
+
+
+READER = """import hashlib, os
+data = os.environ["SHOAL_DATA_DIR"]
+print(open(os.path.join(data, "corpus", "a.txt")).read().strip())
+print(hashlib.sha256(open(os.path.join(data, "weights"), "rb").read()).hexdigest())
+print(open("helper.txt").read().strip(), flush=True)
+"""
+CODE_JOB = f"""version: 1
+name: code-and-data
+code_dir: project
+data: [corpus, weights]
+roles:
+  w:
+    image: {PYTHON}
+    resources: {{cpu: 0.5, memory: 64Mi}}
+    command: python3 read.py && sleep 6
+"""
+
+
+def test_code_and_data_reach_the_pod_through_its_init_container(
+    shoal: KubeShoal, tmp_path: Path
+) -> None:
+    """A job with a code directory and two data sets (a directory, a file): an init container
+    fetches them from the server with the attempt's credential, from the attempt's Secret; the
+    credential opens only its own attempt's files, and only while it runs."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "read.py").write_text(READER)
+    (project / "helper.txt").write_text("code unpacked")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_text("corpus text\n")
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(os.urandom(300_000))
+    for local, name in ((tree, "corpus"), (weights, "weights")):
+        pushed = cli(shoal, "data", "push", str(local), name)
+        assert pushed.returncode == 0, pushed.stderr
+    (tmp_path / "job.yaml").write_text(CODE_JOB)
+    submitted = cli(shoal, "job", "submit", str(tmp_path / "job.yaml"), "-o", "json")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = str(yaml.safe_load(submitted.stdout)["id"])
+
+    def running_pod() -> object | None:
+        found = [p for p in shoal.pods_of(job_id) if p.status.phase == "Running"]
+        return found[0] if found else None
+
+    pod = wait_for(running_pod, 90, "the job's Pod running", 0.2)
+    attempt = pod.metadata.labels["shoal.dev/attempt-id"]  # type: ignore[attr-defined]
+    name = pod.metadata.name  # type: ignore[attr-defined]
+    stored = shoal.core.read_namespaced_secret(name, "shoal")
+    token = base64.b64decode(stored.data["fetch-token"]).decode()
+    assert token not in str(pod.to_dict())  # type: ignore[attr-defined]
+    url = f"{shoal.client.url}/api/v1/attempts/{attempt}/code"
+    assert httpx.get(url, headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    forged = token[:-4] + ("0000" if not token.endswith("0000") else "1111")
+    assert httpx.get(url, headers={"Authorization": f"Bearer {forged}"}).status_code == 401
+    other = url.replace(f"/{attempt}/", "/999999.1/")
+    assert httpx.get(other, headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    assert httpx.get(url).status_code == 401
+    done = shoal.wait_job(job_id, ("SUCCEEDED", "FAILED", "STOPPED"), timeout=90)
+    logs = shoal.client.logs(job_id, "w", 0)["data"]
+    assert done["state"] == "SUCCEEDED", (done, logs)
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert logs == f"corpus text\n{digest}\ncode unpacked\n"
+    gone = httpx.get(url, headers={"Authorization": f"Bearer {token}"})
+    assert gone.status_code == 404, gone.text  # the attempt has ended: so has its credential
 
 
 PEER_CHECK = (

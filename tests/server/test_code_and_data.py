@@ -13,12 +13,14 @@ import stat
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 
 from shoal import archives
 from shoal.server.app import create_app, prepare
+from shoal.server.services import attempt_credentials
 from shoal.server.settings import ServerSettings
 from tests.server.test_api import agent_headers, register_node
 from tests.server.test_security import bearer, make_user
@@ -262,6 +264,30 @@ def test_agents_download_only_what_an_unfinished_attempt_reads(
         ).status_code
         == 403
     )
+    # an attempt's own credential (what a Kubernetes Pod shows): its files only
+    assert order["fetch_token"] is None  # shoal's own agents fetch as themselves
+    credential = attempt_credentials.mint(
+        SimpleNamespace(settings=SimpleNamespace(home=home)),  # type: ignore[arg-type]
+        attempt,
+    )
+    assert stat.S_IMODE((home / "attempt-fetch.key").stat().st_mode) == 0o600
+    mine = f"/api/v1/attempts/{attempt}/data/{mount['sha256']}"
+    got = client.get(mine, headers=bearer(credential))
+    assert got.status_code == 200 and got.content == b"for the job"
+    assert (
+        client.get(mine.replace(mount["sha256"], other), headers=bearer(credential)).status_code
+        == 404
+    )
+    assert (
+        client.get(f"/api/v1/attempts/{attempt}/code", headers=bearer(credential)).status_code
+        == 404
+    )
+    refused = client.get(
+        f"/api/v1/attempts/999.1/data/{mount['sha256']}", headers=bearer(credential)
+    )
+    assert refused.status_code == 401 and refused.json()["code"] == "UnauthorizedAttemptError"
+    assert client.get(mine, headers=bearer(user)).status_code == 401  # a user's token is not one
+    assert client.get(mine, headers=bearer(admin)).status_code == 401
 
 
 def test_uploads_a_crash_left_unfinished_are_removed_at_start(tmp_path: Path) -> None:

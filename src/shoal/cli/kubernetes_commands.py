@@ -40,11 +40,21 @@ def start_barrier_option() -> typing.Any:
     )
 
 
-def barrier_image_option() -> typing.Any:
+def helper_image_option() -> typing.Any:
     return typer.Option(
         None,
-        "--barrier-image",
-        help="The start barrier's image (default: the task's; needs python3).",
+        "--helper-image",
+        help="The image of shoal's helpers in a Pod: code and data fetch, start barrier "
+        "(default: the task's own; needs python3).",
+    )
+
+
+def pod_server_url_option() -> typing.Any:
+    return typer.Option(
+        None,
+        "--server-url-for-pods",
+        help="The shoal server's URL as Pods reach it, to fetch code and data "
+        "(default: the agent's own).",
     )
 
 
@@ -64,7 +74,8 @@ class KubernetesArgs:
     network: str = "host"
     instance: str = "shoal"
     start_barrier: bool = False
-    barrier_image: str | None = None
+    helper_image: str | None = None
+    pod_server_url: str | None = None
 
     def argv(self) -> list[str]:
         """These options as ``shoal kubernetes agent`` takes them."""
@@ -76,7 +87,8 @@ class KubernetesArgs:
             ("--node-selector", self.node_selector or None),
             ("--default-image", self.default_image),
             ("--image-pull-policy", self.image_pull_policy),
-            ("--barrier-image", self.barrier_image),
+            ("--helper-image", self.helper_image),
+            ("--server-url-for-pods", self.pod_server_url),
         ):
             if value:
                 args += [flag, value]
@@ -103,6 +115,11 @@ def options(args: KubernetesArgs) -> typing.Any:
         )
     if args.network not in ("host", "pod"):
         raise fail(f"--network {args.network}: must be host or pod (docs/kubernetes.md)")
+    if args.pod_server_url is not None and not re.match(r"https?://[^/]+", args.pod_server_url):
+        raise fail(
+            f"--server-url-for-pods {args.pod_server_url}: give the shoal server's URL as Pods "
+            "reach it, e.g. https://shoal.shoal.svc:8443"
+        )
     if args.start_barrier and args.network != "pod":
         raise fail(
             "--start-barrier needs --network pod: in the host network, peers are reached at "
@@ -125,7 +142,8 @@ def options(args: KubernetesArgs) -> typing.Any:
         network=args.network,  # type: ignore[arg-type]
         instance=args.instance,
         start_barrier=args.start_barrier,
-        barrier_image=args.barrier_image,
+        helper_image=args.helper_image,
+        pod_server_url=args.pod_server_url,
     )
 
 
@@ -161,7 +179,8 @@ def agent(
         "shoal", "--instance", help="Which shoal, when several share a cluster (a label value)."
     ),
     start_barrier: bool = start_barrier_option(),
-    barrier_image: str | None = barrier_image_option(),
+    helper_image: str | None = helper_image_option(),
+    pod_server_url: str | None = pod_server_url_option(),
     watch_fd: int | None = typer.Option(None, "--watch-fd", hidden=True),
 ) -> None:
     """Run the agent whose nodes are a Kubernetes cluster's Nodes, in the foreground."""
@@ -180,7 +199,8 @@ def agent(
         network,
         instance,
         start_barrier,
-        barrier_image,
+        helper_image,
+        pod_server_url,
     )
     if not token_file.is_file():
         raise fail(f"--token-file {token_file}: no such file (the server writes it at start)")

@@ -16,10 +16,11 @@ import typer
 from shoal.cli.common import SCHEDULER_OPTION, RuntimeChoice, SchedulerPlace, fail
 from shoal.cli.kubernetes_commands import (
     KubernetesArgs,
-    barrier_image_option,
+    helper_image_option,
     k8s_kubeconfig,
     kubeconfig_option,
     namespace_option,
+    pod_server_url_option,
     start_barrier_option,
 )
 from shoal.cli.kubernetes_commands import options as k8s_options
@@ -190,7 +191,8 @@ def start(
         "host", "--network", help="With --kubernetes: host, or pod (DNS names; cluster DNS)."
     ),
     start_barrier: bool = start_barrier_option(),
-    barrier_image: str | None = barrier_image_option(),
+    helper_image: str | None = helper_image_option(),
+    pod_server_url: str | None = pod_server_url_option(),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off.
@@ -225,7 +227,8 @@ def start(
             image_pull_policy=image_pull_policy,
             network=network,
             start_barrier=start_barrier,
-            barrier_image=barrier_image,
+            helper_image=helper_image,
+            pod_server_url=pod_server_url,
         )
         k8s_options(args)  # a typo in an option is said now, before anything starts
         k8s_argv = args.argv()

@@ -133,7 +133,7 @@ class KubernetesAgent:
                 if kind == "DELETED":  # its Pod is gone for good: nothing more will be heard
                     self._acked.discard(facts.attempt_id)
                 return
-            secret = status.has_command_secret(new)
+            secret = status.has_own_secret(new)
             self._where[facts.attempt_id] = (job, new.metadata.name, secret)
             if kind == "DELETED":
                 ended: ExitReport | None = status.gone_report(facts, now)

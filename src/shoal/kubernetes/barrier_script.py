@@ -1,5 +1,5 @@
 """The start barrier's sidecar (docs/kubernetes.md, "Start barrier"): Python's standard library
-only, run as ``python3 -c`` in the task's image (or the agent's ``--barrier-image``).
+only, run as ``python3 -c`` in the task's image (or the agent's ``--helper-image``).
 
 It listens on ``SHOAL_BARRIER_PORT`` for the Pod's whole life, and connects to that port on every
 address of the job's hostfile (``SHOAL_BARRIER_HOSTFILE``; an ``address:port`` line names its own

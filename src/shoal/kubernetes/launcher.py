@@ -17,7 +17,7 @@ from typing import Any
 from shoal.kubernetes import options as names
 from shoal.kubernetes.options import KubernetesOptions
 from shoal.kubernetes.pods import (
-    command_secret,
+    attempt_secret,
     headless_service,
     hostfile_key,
     owner_config_map,
@@ -66,7 +66,7 @@ class Launcher:
         with self._lock(order.job_id):
             try:
                 owner = self._owner_of(order)
-                secret = command_secret(order, self.options, owner)
+                secret = attempt_secret(order, self.options, owner)
                 if secret is not None:
                     self._create(self.core.create_namespaced_secret, secret)
                 self._create(self.core.create_namespaced_pod, pod(order, self.options, owner))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import logging
 import os
@@ -78,14 +79,20 @@ def run(server: str, token_file: Path, options: KubernetesOptions, watch_fd: int
 
     token = token_file.read_text().strip()
     connection = Connection.bearer(server, token)
+    ca_pem = None
     if server.startswith("https://"):
         ca = token_file.parent / "pki" / "ca.crt"
         if ca.is_file():
             import ssl
 
+            ca_pem = ca.read_text()
             connection = Connection(
                 connection.server, connection.headers, ssl.create_default_context(cafile=str(ca))
             )
+    pod_server = options.pod_server_url or server  # where Pods fetch code and data
+    if options.server_ca_pem is None and pod_server.startswith("https://"):
+        options = dataclasses.replace(options, server_ca_pem=ca_pem)
+    options = dataclasses.replace(options, pod_server_url=pod_server)
     core = client.CoreV1Api(api_client(options))
     check_access(core, options)
     agent = KubernetesAgent(connection, core, options, AGENT_ID)

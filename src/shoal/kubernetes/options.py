@@ -19,8 +19,15 @@ VC = f"{PREFIX}/virtual-cluster"
 EPOCH = f"{PREFIX}/epoch"  # annotation: the node epoch the attempt was launched under
 STOP = f"{PREFIX}/stop-requested"  # annotation set before shoal deletes a Pod it stops
 TASK_CONTAINER = "task"
+FETCH_CONTAINER = "shoal-fetch"  # the init container that fetches code and data (fetch_script.py)
 BARRIER_CONTAINER = "shoal-barrier"  # the start barrier's sidecar (barrier_script.py)
 BARRIER_SWITCH = "SHOAL_START_BARRIER"  # a job's env: 1 or 0, over the agent's --start-barrier
+# Where things are in a Pod (docs/kubernetes.md, "Mapping"), and the keys of an attempt's Secret.
+WORKDIR = "/shoal/work"
+META_DIR = "/shoal/meta"
+DATA_DIR = f"{WORKDIR}/.shoal/data"
+SECRET_COMMAND = "command"
+SECRET_FETCH_TOKEN = "fetch-token"
 # A Node shoal never uses (a kwok node's annotation is not one: kwok nodes are real to shoal).
 NODE_OPT_OUT = f"{PREFIX}/exclude"
 
@@ -55,4 +62,10 @@ class KubernetesOptions:
     # answers on ``barrier_port``; a job's SHOAL_START_BARRIER=1/0 turns it on or off for it.
     start_barrier: bool = False
     barrier_port: int = 19999  # below the task port range, so no task is given it
-    barrier_image: str | None = None  # None: the task's own image (it needs python3)
+    # The image of shoal's helpers in a Pod (the barrier's sidecar, the init container that
+    # fetches code and data); None: the task's own image (they need python3)
+    helper_image: str | None = None
+    # How a Pod reaches the shoal server to fetch its code and data (None: the agent's own URL),
+    # and the server's CA certificate (PEM) when that is HTTPS
+    pod_server_url: str | None = None
+    server_ca_pem: str | None = None

@@ -13,24 +13,25 @@ from __future__ import annotations
 
 import hashlib
 import re
-from importlib import resources
 from typing import Any
 
 from shoal.kubernetes import options as names
-from shoal.kubernetes.options import KubernetesOptions
+from shoal.kubernetes.helpers import helper_containers
+from shoal.kubernetes.options import (
+    DATA_DIR,
+    META_DIR,
+    SECRET_COMMAND,
+    SECRET_FETCH_TOKEN,
+    WORKDIR,
+    KubernetesOptions,
+)
 from shoal.protocol import LaunchOrder, dns_label, fill_in
 
 COMMAND_VARIABLE = "SHOAL_COMMAND_WITH_SECRETS"
-WORKDIR = "/shoal/work"
-META_DIR = "/shoal/meta"
 # The env contract names GPUs by the indices shoal chose; in a Pod the device plugin chooses and
 # the container sees its own GPUs from 0, so these are left to the device plugin.
 DEVICE_PLUGIN_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 MAX_NAME = 63  # a Pod's name is its hostname: one DNS label
-BARRIER_SCRIPT = (resources.files("shoal.kubernetes") / "barrier_script.py").read_text()
-# The startup probe's failures allowed, one a second: a peer missing this long (a day) is not
-# coming; the kubelet then restarts the sidecar, which waits again.
-BARRIER_PROBES = 86_400
 
 
 def slug(text: str, limit: int = 20) -> str:
@@ -118,11 +119,17 @@ def owner_reference(owner: dict[str, Any] | Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid}
 
 
-def command_secret(
+def attempt_secret(
     order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """The command with its secrets filled in, as a Secret (None: a command without secrets)."""
-    if not order.secrets:
+    """The attempt's Secret: its command with its secrets filled in, and the credential that
+    fetches its code and data (None: it needs neither)."""
+    data: dict[str, str] = {}
+    if order.secrets:
+        data[SECRET_COMMAND] = fill_in(order.command, order.secrets)
+    if order.fetch_token and (order.has_code or order.data):
+        data[SECRET_FETCH_TOKEN] = order.fetch_token
+    if not data:
         return None
     return {
         "apiVersion": "v1",
@@ -134,7 +141,7 @@ def command_secret(
             "labels": {**common_labels(order, options), names.ATTEMPT: order.attempt_id},
             "ownerReferences": [owner],
         },
-        "stringData": {"command": fill_in(order.command, order.secrets)},
+        "stringData": data,
     }
 
 
@@ -143,12 +150,12 @@ def _environment(order: LaunchOrder, node_name: str) -> list[dict[str, Any]]:
     env |= {
         "SHOAL_HOSTFILE": f"{META_DIR}/hostfile",
         "SHOAL_WORKDIR": WORKDIR,
-        "SHOAL_DATA_DIR": f"{WORKDIR}/.shoal/data",
+        "SHOAL_DATA_DIR": DATA_DIR,
         "SHOAL_KUBERNETES_NODE": node_name,
     }
     listed: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     if order.secrets:
-        ref = {"secretKeyRef": {"name": pod_name(order), "key": "command"}}
+        ref = {"secretKeyRef": {"name": pod_name(order), "key": SECRET_COMMAND}}
         listed.append({"name": COMMAND_VARIABLE, "valueFrom": ref})
     return listed
 
@@ -237,9 +244,9 @@ def pod(order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]) -
             },
         ],
     }
-    barrier = _barrier(order, options)
-    if barrier:
-        spec["initContainers"] = barrier
+    helpers = helper_containers(order, options, pod_name(order))
+    if helpers:
+        spec["initContainers"] = helpers
     if order.deadline_s is not None:
         spec["activeDeadlineSeconds"] = max(int(order.deadline_s), 1)
     if options.network == "pod":  # <role>-<index>.<service>: nodes.task_address_pattern
@@ -265,53 +272,16 @@ def pod(order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]) -
     }
 
 
-def barrier_on(order: LaunchOrder, options: KubernetesOptions) -> bool:
-    """Whether the attempt's Pod waits at the start barrier: in the pod network, for a job of
-    more than one task, as the job's SHOAL_START_BARRIER or else the agent's option says."""
-    if options.network != "pod" or len(order.hostfile.splitlines()) < 2:
-        return False
-    switch = order.env.get(names.BARRIER_SWITCH, "").strip().lower()
-    if switch in ("1", "true", "yes", "on"):
-        return True
-    if switch in ("0", "false", "no", "off"):
-        return False
-    return options.start_barrier
-
-
-def _barrier(order: LaunchOrder, options: KubernetesOptions) -> list[dict[str, Any]]:
-    """The start barrier as a sidecar (a restartable init container): its startup probe holds
-    the task's container back until every peer answers (barrier_script.py)."""
-    if not barrier_on(order, options):
-        return []
-    port = options.barrier_port
-    return [
-        {
-            "name": names.BARRIER_CONTAINER,
-            "image": options.barrier_image or order.image_name or options.default_image,
-            "restartPolicy": "Always",
-            "command": ["python3", "-c", BARRIER_SCRIPT],
-            "env": [
-                {"name": "SHOAL_BARRIER_PORT", "value": str(port)},
-                {"name": "SHOAL_BARRIER_HOSTFILE", "value": f"{META_DIR}/hostfile"},
-            ],
-            "ports": [{"name": "shoal-barrier", "containerPort": port, "protocol": "TCP"}],
-            "startupProbe": {
-                "httpGet": {"path": "/ready", "port": port},
-                "periodSeconds": 1,
-                "failureThreshold": BARRIER_PROBES,
-            },
-            "volumeMounts": [{"name": "meta", "mountPath": META_DIR, "readOnly": True}],
-            **({"imagePullPolicy": options.image_pull_policy} if options.image_pull_policy else {}),
-        }
-    ]
-
-
 def unsupported(order: LaunchOrder) -> str | None:
-    """Why this order cannot run as a Pod yet (None: it can)."""
-    if order.has_code or order.data:
-        what = "a code archive (codeDir)" if order.has_code else "data sets (data:)"
+    """Why this order cannot run as a Pod (None: it can)."""
+    if order.has_code and order.code_hash is None:
         return (
-            f"the job has {what}, which shoal does not bring into Kubernetes Pods yet: put the "
-            "code in the job's image, or run the job on shoal's own agents (docs/kubernetes.md)"
+            "the job's code archive was stored before code was content-addressed: submit the "
+            "job again to run it on Kubernetes"
+        )
+    if (order.has_code or order.data) and not order.fetch_token:
+        return (
+            "the job has code or data sets, and the server sent no credential to fetch them "
+            "with: upgrade the shoal server to the agent's version"
         )
     return None

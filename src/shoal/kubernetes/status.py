@@ -60,7 +60,7 @@ class PodFacts:
     waiting_reason: str | None
     waiting_message: str | None
     image: str | None
-    barrier_failure: str | None = None  # why the start barrier's sidecar cannot run
+    helper_failure: str | None = None  # why a helper container (fetch, barrier) failed
 
 
 def _stamp(value: datetime | None) -> float | None:
@@ -76,33 +76,44 @@ def _task_status(pod: Any) -> Any:
     return None
 
 
-def _barrier_failure(pod: Any) -> str | None:
-    """Why the start barrier's sidecar will not let the task start (None: it may yet)."""
+HELPERS = {
+    names.FETCH_CONTAINER: "the init container that fetches the task's code and data",
+    names.BARRIER_CONTAINER: "the start barrier's sidecar",
+}
+
+
+def _helper_failure(pod: Any) -> str | None:
+    """Why one of shoal's helper containers will not let the task start (None: it may yet)."""
     for status in (pod.status.init_container_statuses if pod.status else None) or ():
-        if status.name != names.BARRIER_CONTAINER:
+        what = HELPERS.get(status.name)
+        if what is None:
             continue
         image = status.image or "its image"
         waiting = status.state.waiting if status.state else None
         if waiting is not None and waiting.reason in CANNOT_START:
             said = f": {waiting.message}" if waiting.message else ""
-            return (
-                f"the start barrier's image {image}: {CANNOT_START[waiting.reason]} "
-                f"({waiting.reason}{said})"
-            )
+            return f"{what}, image {image}: {CANNOT_START[waiting.reason]} ({waiting.reason}{said})"
         for state in (status.state, status.last_state):
             ended = state.terminated if state is not None else None
             if ended is not None and ended.exit_code not in (0, None):
-                return (
-                    f"the start barrier's sidecar exited with code {ended.exit_code}: it runs "
-                    f"python3 in {image}; give the agent --barrier-image with python3, or set "
-                    "SHOAL_START_BARRIER=0 in the job's env (docs/kubernetes.md)"
-                )
+                return _helper_ended(what, image, ended)
     return None
 
 
-def has_command_secret(pod: Any) -> bool:
-    """Whether the Pod's task takes its command from a Secret of its own (a job with secrets)."""
-    for container in pod.spec.containers or []:
+def _helper_ended(what: str, image: str, ended: Any) -> str:
+    if ended.message and ended.message.strip():  # fetch_script.py says why in its last words
+        return f"{what}: {ended.message.strip()}"
+    return (
+        f"{what} exited with code {ended.exit_code}: it runs python3 in {image}; give the agent "
+        "--helper-image with python3 (or, for the barrier, set SHOAL_START_BARRIER=0 in the "
+        "job's env; docs/kubernetes.md)"
+    )
+
+
+def has_own_secret(pod: Any) -> bool:
+    """Whether the Pod reads a Secret of its own (a command with secrets, or the credential that
+    fetches its code and data)."""
+    for container in [*(pod.spec.containers or []), *(pod.spec.init_containers or [])]:
         for variable in container.env or []:
             source = variable.value_from
             if source is not None and source.secret_key_ref is not None:
@@ -140,7 +151,7 @@ def facts(pod: Any) -> PodFacts:
         waiting_reason=waiting.reason if waiting else None,
         waiting_message=waiting.message if waiting else None,
         image=image,
-        barrier_failure=_barrier_failure(pod),
+        helper_failure=_helper_failure(pod),
     )
 
 
@@ -155,11 +166,9 @@ def running_report(pod: PodFacts) -> RunningReport | None:
 
 def launch_failure(pod: PodFacts) -> str | None:
     """Why the Pod's container will never start (None: it may yet)."""
-    if pod.phase != "Pending":
-        return None
-    if pod.barrier_failure is not None:
-        return pod.barrier_failure
-    if pod.waiting_reason not in CANNOT_START:
+    if pod.helper_failure is not None and pod.phase in ("Pending", "Failed"):
+        return pod.helper_failure  # (a failed init container fails the Pod)
+    if pod.phase != "Pending" or pod.waiting_reason not in CANNOT_START:
         return None
     said = f": {pod.waiting_message}" if pod.waiting_message else ""
     return f"image {pod.image}: {CANNOT_START[pod.waiting_reason]} ({pod.waiting_reason}{said})"

@@ -25,6 +25,7 @@ from shoal.server.openapi_errors import install as document_refusals
 from shoal.server.openpai import router as openpai_router
 from shoal.server.routers import (
     agent,
+    attempt_files,
     backup,
     data,
     images,
@@ -173,6 +174,7 @@ def _include_routers(app: FastAPI) -> None:
         nodes.router,
         log_routes.router,
         agent.router,
+        attempt_files.router,
         vcs.router,
         users.router,
         openpai_router,

@@ -29,7 +29,7 @@ from shoal.server.auth import Principal
 from shoal.server.context import ApiError
 from shoal.server.deps import AgentCaller, Context
 from shoal.server.node_auth import require_job_on_node, require_own
-from shoal.server.services import agent_files, agents
+from shoal.server.services import agent_files, agents, attempt_credentials
 from shoal.server.services.logs import append_chunks
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
@@ -71,7 +71,10 @@ async def orders(body: OrdersRequest, ctx: Context, agent: Agent) -> OrdersRespo
     """Launch and kill orders for the agent's nodes (long-polls up to ``wait_s``)."""
     # async: the wait parks on the event loop, woken by news about one of the agent's nodes
     require_own(ctx, agent, body.nodes, (), "orders")
-    return await agents.orders(ctx, body)
+    answer = await agents.orders(ctx, body)
+    if agent.kind == "kubernetes" and answer.launch:  # its Pods fetch code and data themselves
+        answer.launch = attempt_credentials.with_credentials(ctx, answer.launch)
+    return answer
 
 
 @router.post("/logs", response_model=LogUploadResponse)

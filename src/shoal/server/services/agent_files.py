@@ -22,9 +22,16 @@ from shoal.store.models import Job, Task
 UNFINISHED = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 
 
+# What an attempt's own credential stands for (services/attempt_credentials checked it against
+# the attempt id asked for): the attempt, wherever it runs.
+ATTEMPT = Principal(user="", is_admin=False, kind="attempt")
+
+
 def may_act_for_node(agent: Principal, node: str) -> bool:
     """Whether ``agent`` may fetch for a task placed on ``node``: a node certificate only for its
-    own node; the local agent token (and an admin) for any."""
+    own node; the local agent token (and an admin) for any; an attempt's credential for itself."""
+    if agent is ATTEMPT:
+        return True
     if agent.node is not None:
         return agent.node == node
     return agent.kind in ("agent", "kubernetes") or agent.is_admin
