@@ -190,3 +190,48 @@ def test_a_data_set_reference_must_be_a_name_or_owner_slash_name(bad: str) -> No
     with pytest.raises(SpecError) as refused:
         load_job_text(text)
     assert any(p.path.startswith("data") for p in refused.value.problems)
+
+
+def _errors(text: str) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        load_job_text(text)
+    return [p.render() for p in caught.value.problems]
+
+
+def test_unknown_fields_and_bad_values_come_in_one_report() -> None:
+    """The checks after validation (units, durations, templates, thresholds) run on the fields
+    pydantic accepted, so fixing the unknown fields does not reveal a second round of errors."""
+    errors = _errors(
+        "version: 1\nname: x\nretires: 3\nmax_runtime: soon\nroles:\n  main:\n"
+        "    command: echo {{ nope }}\n"
+        "    resources: {cpu: lots, memory: 4Gb, gpu: -1}\n"
+        "    completion: {min_failed: 0}\n"
+    )
+    expected = [
+        "retires (line 3): unknown field; did you mean 'retries'?",
+        "roles.main.resources.gpu (line 8): must be an integer >= 0, got -1",
+        "max_runtime (line 4): must be a duration",
+        "roles.main.resources.cpu (line 8): must be a cpu amount, got 'lots'",
+        "roles.main.resources.memory (line 8): has an unknown memory unit 'Gb'",
+        "roles.main.command (line 7): {{ nope }} refers to an undefined value",
+        "roles.main.completion.min_failed (line 9): must be -1 or >= 1, got 0",
+    ]
+    for start in expected:
+        assert any(e.startswith(start) for e in errors), (start, errors)
+    assert len(errors) == len(expected), errors
+
+
+def test_a_refused_field_causes_no_made_up_errors_elsewhere() -> None:
+    # instances refused: min_succeeded is not compared with the default of 1 instead
+    errors = _errors(_minimal(extra="    instances: '3'\n    completion: {min_succeeded: 2}\n"))
+    assert [e.split(" (")[0] for e in errors] == ["roles.main.instances"], errors
+    # a param refused: the command's reference to it is not called undefined
+    text = _minimal(command="echo {{ params.n }}").replace("roles:", "params: {n: [1]}\nroles:")
+    errors = _errors(text)
+    assert [e.split(" (")[0] for e in errors] == ["params.n"], errors
+    # a misspelt required field: reported as unknown and missing, the rest still checked
+    errors = _errors("version: 1\nname: x\nroles:\n  main:\n    comand: echo\n"
+                     "    resources: {memory: 4Gb}\n")  # fmt: skip
+    assert [e.split(" (")[0] for e in errors] == [
+        "roles.main.command", "roles.main.comand", "roles.main.resources.memory",
+    ], errors  # fmt: skip

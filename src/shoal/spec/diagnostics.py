@@ -6,9 +6,10 @@ pydantic does the type and range checking; this module only words its findings i
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import UnionType
 from typing import Any, TypeVar, Union, get_origin
 
@@ -88,6 +89,72 @@ def validate_collecting(
     except ValidationError as exc:
         problems.errors.extend(validation_problems(exc, model, prefix))
         return None
+
+
+def salvage(
+    model: type[Model], data: Any, exc: ValidationError, stand_ins: Mapping[str, Any]
+) -> tuple[Model, frozenset[str]] | None:
+    """What can still be checked after pydantic refused ``data``: a copy with each refused value
+    taken out (its default applies; an unknown field goes) and each missing required field given
+    its ``stand_ins`` value (by field name), validated again (a few rounds, as taking a value out
+    can leave a required one missing). Returns the model and the dotted paths changed, or None
+    when it cannot be made valid (a required field with no stand-in, say). The reader then checks
+    single values on the rest of the file, so a file's errors come in one report, not two."""
+    fixed = copy.deepcopy(data)
+    changed: set[str] = set()
+    for _ in range(4):
+        drops: dict[tuple[int, int | str], tuple[Any, int | str]] = {}  # one per value
+        for err in exc.errors(include_url=False):
+            loc = [p for p in err["loc"] if not (isinstance(p, str) and _is_internal_loc(p))]
+            steps = _steps(fixed, loc)
+            missing = err["type"] == "missing" and len(steps) == len(loc) - 1
+            if missing:
+                holder = steps[-1][2] if steps else fixed
+                name = loc[-1]
+                if not isinstance(holder, dict) or not isinstance(name, str):
+                    return None
+                if name not in stand_ins:
+                    return None
+                holder[name] = copy.deepcopy(stand_ins[name])
+                changed.add(_path(loc, ""))
+            elif steps:
+                container, key, _ = steps[-1]
+                drops[(id(container), key)] = (container, key)
+                changed.add(_path(loc[: len(steps)], ""))
+            else:
+                return None  # the document itself: nothing to take out
+        # list items last to first, so the indexes still to drop stay right
+        ordered = sorted(drops.values(), key=lambda d: -d[1] if isinstance(d[1], int) else 0)
+        for container, key in ordered:
+            if isinstance(container, dict):
+                container.pop(key, None)
+            elif isinstance(key, int) and key < len(container):
+                del container[key]
+        try:
+            return model.model_validate(fixed), frozenset(changed)
+        except ValidationError as again:
+            exc = again
+    return None
+
+
+def _steps(data: Any, loc: Sequence[int | str]) -> list[tuple[Any, int | str, Any]]:
+    """``(container, key, value)`` for each step of ``loc`` that exists in ``data``, in order;
+    the rest of ``loc`` (a missing field, or a union member's name) is not in the data."""
+    steps: list[tuple[Any, int | str, Any]] = []
+    current = data
+    for part in loc:
+        in_mapping = isinstance(current, dict) and part in current
+        in_list = isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)
+        if not (in_mapping or in_list):
+            break
+        steps.append((current, part, current[part]))
+        current = current[part]
+    return steps
+
+
+def under(path: str, paths: Iterable[str]) -> bool:
+    """Whether ``path`` is one of ``paths`` or inside one of them."""
+    return any(path == p or path.startswith((p + ".", p + "[")) for p in paths)
 
 
 _UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\]|constrained-\w+)$")

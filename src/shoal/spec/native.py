@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -9,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shoal.spec.arrays import ArrayError, parse_array
 from shoal.spec.checks import RolePaths, check_roles
-from shoal.spec.diagnostics import validation_problems
-from shoal.spec.errors import ProblemCollector, SpecError
+from shoal.spec.diagnostics import salvage, under, validation_problems
+from shoal.spec.errors import ProblemCollector, SpecError, SpecProblem
 from shoal.spec.model import (
     MAX_GPUS_PER_INSTANCE,
     MAX_INSTANCES_PER_ROLE,
@@ -110,13 +111,47 @@ PATHS = RolePaths(
 )
 
 
+# What a required field holds while the rest of a refused file is checked (``salvage``).
+STAND_INS = {"version": 1, "name": "job", "command": "true"}
+
+
 def read_native(
     data: Mapping[str, Any], params: Mapping[str, str], problems: ProblemCollector
 ) -> JobSpec:
     try:
         raw = RawNativeJob.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(problems.errors + validation_problems(exc, RawNativeJob)) from None
+        refused = validation_problems(exc, RawNativeJob)
+        later = _checks_after_validation(data, params, exc)
+        seen = {(p.path, p.message) for p in refused}
+        later = [p for p in later if (p.path, p.message) not in seen]
+        raise SpecError(problems.errors + refused + later) from None
+    return _job(raw, params, problems, frozenset())
+
+
+def _checks_after_validation(
+    data: Mapping[str, Any], params: Mapping[str, str], exc: ValidationError
+) -> list[SpecProblem]:
+    """The errors the checks after validation find in the fields pydantic accepted (a unit,
+    a template, a duration), reported with pydantic's: one round of errors, not two. Fields it
+    refused are left out, and so are checks across fields that read one of them."""
+    salvaged = salvage(RawNativeJob, data, exc, STAND_INS)
+    if salvaged is None:
+        return []
+    raw, changed = salvaged
+    found = ProblemCollector()
+    with contextlib.suppress(SpecError):  # what it found is in ``found``
+        _job(raw, params, found, changed)
+    return [p for p in found.errors if not under(p.path, changed)]
+
+
+def _job(
+    raw: RawNativeJob,
+    params: Mapping[str, str],
+    problems: ProblemCollector,
+    changed: frozenset[str],
+) -> JobSpec:
+    """``changed``: the paths ``salvage`` took out or stood in for (none for a valid file)."""
     parameters = {k: _text(v) for k, v in raw.params.items()} | dict(params)
     for key in params:
         if key not in raw.params:
@@ -125,8 +160,13 @@ def read_native(
     if raw.max_runtime is not None:
         max_runtime = ResourceReader(problems).duration(raw.max_runtime, "max_runtime")
     secrets = {k: _text(v) for k, v in raw.secrets.items()}
-    roles = [_role(name, role, parameters, secrets, problems) for name, role in raw.roles.items()]
-    check_roles(roles, PATHS, problems)
+    templates = not any(under(path, ("params", "secrets")) for path in changed)
+    roles = [
+        _role(name, role, parameters, secrets, problems, templates)
+        for name, role in raw.roles.items()
+    ]
+    if not any(under(path, ("roles",)) for path in changed):
+        check_roles(roles, PATHS, problems)
     array = _array(raw.array, problems)
     problems.raise_if_errors()
     return JobSpec(
@@ -166,7 +206,10 @@ def _role(
     parameters: Mapping[str, str],
     secrets: Mapping[str, str],
     problems: ProblemCollector,
+    templates: bool = True,
 ) -> TaskRoleSpec:
+    """``templates``: check the command's references (not when params or secrets were refused:
+    a reference to one of them would be called undefined)."""
     base = f"roles.{name}"
     reader = ResourceReader(problems)
     res = raw.resources
@@ -181,13 +224,13 @@ def _role(
     )
     command = raw.command if isinstance(raw.command, str) else "\n".join(raw.command)
     rendered = render(command, {"params": parameters}, NATIVE_TOKEN)
-    for ref in missing_secrets(rendered.secret_refs, secrets):
+    for ref in missing_secrets(rendered.secret_refs, secrets) if templates else ():
         problems.error(
             f"{base}.command",
             f"{{{{ {ref} }}}} names no entry in secrets",
             "declare it under secrets: (its value is filled in when the task starts)",
         )
-    for ref in rendered.unresolved:
+    for ref in rendered.unresolved if templates else ():
         problems.error(
             f"{base}.command",
             f"{{{{ {ref} }}}} refers to an undefined value",
