@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from shoal.local.supervisor import alive
@@ -145,3 +146,54 @@ def test_an_orphan_pod_shoal_does_not_know_is_deleted(shoal: KubeShoal) -> None:
         return "shoal-orphan" not in names
 
     wait_for(gone, 30, "the orphan deleted")
+
+
+def restart_agent(shoal: KubeShoal, frozen: psutil.Process) -> None:
+    """kill -9 the (frozen) Kubernetes agent and start it again as it was started."""
+    argv, cwd = frozen.cmdline(), frozen.cwd()
+    frozen.kill()  # a stopped process still dies of SIGKILL
+    frozen.wait(10)
+    with open(shoal.home / "agent.log", "ab") as out:
+        agent = subprocess.Popen(
+            argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    run_file = shoal.home / "run.json"
+    info = json.loads(run_file.read_text())
+    info["agent_pid"] = agent.pid  # `shoal down` (the fixture's end) stops this one
+    run_file.write_text(json.dumps(info))
+
+
+def test_a_node_removed_with_its_pods_while_the_agent_was_away_loses_its_tasks(
+    shoal: KubeShoal,
+) -> None:
+    """The agent frozen, a task's Pod force-deleted and its Node removed (as pod GC does when a
+    Node goes), then the agent killed and started again: the new one never sees that Pod end.
+    Its first report names every Pod that runs and every Node: the server declares the task
+    lost, the node NOT_READY, and runs the task again on another node (not RUNNING for good on
+    a node that is gone)."""
+    job_id = shoal.client.submit(many("gone-node", 1, retries=1))[0]["id"]
+    shoal.wait_running(job_id)
+    (task,) = shoal.client.job(job_id)["tasks"]
+    (pod,) = shoal.pods_of(job_id)
+    agent = psutil.Process(json.loads((shoal.home / "run.json").read_text())["agent_pid"])
+    agent.send_signal(signal.SIGSTOP)
+    try:
+        shoal.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+        shoal.core.delete_node(task["node"])
+    finally:
+        restart_agent(shoal, agent)
+
+    def elsewhere() -> dict[str, object] | None:
+        job = shoal.client.job(job_id)
+        tasks = job["tasks"]
+        moved = job["attempt"] >= 2 and tasks[0]["state"] == "RUNNING"
+        return job if moved and tasks[0]["node"] != task["node"] else None
+
+    try:
+        wait_for(elsewhere, 60, "the task lost and running again on another node")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}: {shoal.client.job(job_id)}") from None
+    assert shoal.node(task["node"])["state"] == "NOT_READY"
+    shoal.client.stop(job_id)
+    shoal.wait_job(job_id, ("STOPPED",), timeout=60)

@@ -45,6 +45,10 @@ _NAMED = select(Task.id, Task.attempt, Task.state, Task.launch_acked, Task.node,
         ),
     )
 )
+_AGENT_NODES = select(Node.name).where(Node.agent_id == bindparam("agent"))
+_AGENT_READY_NODES = select(Node).where(
+    Node.agent_id == bindparam("agent"), Node.state == Liveness.READY.value
+)
 _NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
 _EPOCHS = select(Node.name, Node.epoch).where(Node.name.in_(bindparam("nodes", expanding=True)))
 _TASKS = select(Task).where(Task.id.in_(bindparam("ids", expanding=True)))
@@ -66,18 +70,49 @@ def _task_ids(request: ReportRequest) -> list[int]:
     return [int(a.partition(".")[0]) for a in named if a.partition(".")[0].isdigit()]
 
 
-def _named(session: Session, request: ReportRequest) -> dict[str, Any]:
-    """The store's view of every attempt the report names or should name, by attempt id."""
+def _named(session: Session, request: ReportRequest, answered: set[str]) -> dict[str, Any]:
+    """The store's view of every attempt the report names or should name (on the ``answered``
+    nodes), by attempt id."""
     rows = session.connection().execute(
-        _NAMED, {"ids": _task_ids(request), "nodes": [n.name for n in request.nodes]}
+        _NAMED, {"ids": _task_ids(request), "nodes": sorted(answered)}
     )
     return {f"{r.id}.{r.attempt}": r for r in rows}
 
 
-def vanished(named: dict[str, Any], request: ReportRequest) -> list[Any]:
-    """Started tasks on the agent's nodes that its report neither runs nor reports as exited."""
-    reported = {r.attempt_id for r in request.running} | {r.attempt_id for r in request.exited}
+def answered_for(session: Session, request: ReportRequest) -> set[str]:
+    """The nodes whose started tasks the report must name. A Kubernetes agent's report covers
+    every node it ever reported, listed now or not: its Pods, not its nodes, say what runs, so a
+    task whose Node was removed (and its Pods with it) while the agent was away is one it no
+    longer names."""
     nodes = {n.name for n in request.nodes}
+    if request.fencing == "confirmed":
+        nodes |= set(session.scalars(_AGENT_NODES, {"agent": request.agent_id}))
+    return nodes
+
+
+NOT_LISTED = (
+    "it is no longer one of the cluster's Nodes (removed, or no longer matched by the agent's "
+    "--node-selector); `shoal node remove` forgets it"
+)
+
+
+def left_the_cluster(session: Session, request: ReportRequest) -> list[Node]:
+    """READY nodes of a Kubernetes agent that its report no longer lists: their Nodes are gone
+    from what it watches, so nothing more is placed there (their tasks end as their Pods do)."""
+    if request.fencing != "confirmed":
+        return []
+    listed = {n.name for n in request.nodes}
+    return [
+        node
+        for node in session.scalars(_AGENT_READY_NODES, {"agent": request.agent_id})
+        if node.name not in listed
+    ]
+
+
+def vanished(named: dict[str, Any], request: ReportRequest, nodes: set[str]) -> list[Any]:
+    """Started tasks on the agent's nodes (``answered_for``) that its report neither runs nor
+    reports as exited."""
+    reported = {r.attempt_id for r in request.running} | {r.attempt_id for r in request.exited}
     return [
         row
         for attempt_id, row in named.items()
@@ -125,15 +160,19 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
     acked: list[str] = []
     stale: list[str] = []
     with ctx.db.write() as session:
-        named = _named(session, request)
+        answered = answered_for(session, request)
+        named = _named(session, request, answered)
         epochs = _epochs_for(session, request, named)
-        lost = vanished(named, request)
+        lost = vanished(named, request, answered)
         loaded = _load_changing(ctx, session, request, named, lost, epochs)
         changed = False
         ended: set[str] = set()  # nodes where a task ended
         refresh_s = ctx.settings.heartbeat_write_s / 2
         for node in request.nodes:
             changed |= _upsert_node(session, request, node, now, refresh_s)
+        for gone in left_the_cluster(session, request):
+            change_node(session, gone, NodeEvent.PLATFORM_NOT_READY, now, why=NOT_LISTED)
+            changed = True
         for running in request.running:
             row = named.get(running.attempt_id)
             if row is None or is_stale(row, running.epoch, epochs):
@@ -222,6 +261,8 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
         return None
     every = ctx.settings.heartbeat_write_s
     with ctx.db.read() as session:
+        if left_the_cluster(session, request):
+            return None
         nodes = {
             n.name: n for n in session.scalars(_NODES, {"nodes": [n.name for n in request.nodes]})
         }
@@ -249,7 +290,8 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
                 report.unsupported, node.unsupported
             ):
                 return None
-        named = _named(session, request)
+        answered = answered_for(session, request)
+        named = _named(session, request, answered)
         epochs = {name: node.epoch for name, node in nodes.items()}
         others = [row.node for row in named.values() if row.node not in epochs]
         if others:
@@ -261,7 +303,7 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
             stale.append(running.attempt_id)
         elif not row.launch_acked or running.attempt_id not in ctx.seen_attempts:
             return None
-    if vanished(named, request):
+    if vanished(named, request, answered):
         return None  # the write path ends them
     return stale
 
