@@ -103,6 +103,7 @@ def test_per_task_identity(placed: Placed) -> None:
         env = env_of.for_task(role, index)
         me = by_task[(role, index)]
         assert env["PAI_CURRENT_TASK_ROLE_NAME"] == env["SHOAL_TASK_ROLE"] == role
+        assert env["PAI_TASK_ROLE_NAME"] == role  # the legacy alias older OpenPAI jobs read
         assert env["PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"] == str(index)
         assert env["PAI_TASK_INDEX"] == env["SHOAL_TASK_INDEX"] == str(index)
         assert env["JOB_NAME"] == env["SHOAL_JOB_NAME"] == "rl-demo"

@@ -179,6 +179,7 @@ class JobEnvironment:
             "SHOAL_HOST_IP": me.address,
             "SHOAL_GPU_COUNT": str(len(me.gpu_indices)),
             "PAI_CURRENT_TASK_ROLE_NAME": me.role,
+            "PAI_TASK_ROLE_NAME": me.role,  # OpenPAI's older name for it (a legacy alias)
             "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(me.index),
             "PAI_TASK_INDEX": str(me.index),
             "PAI_CURRENT_CONTAINER_IP": me.address,
