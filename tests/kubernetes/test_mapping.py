@@ -6,10 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes.client import ApiClient
+
 from kubernetes import client
 from shoal.kubernetes import pods, status
 from shoal.kubernetes.nodes import agent_node, foreign_requests, pod_requests
 from shoal.kubernetes.options import KubernetesOptions
+from shoal.kubernetes.raw import Obj
 from shoal.protocol import DataMount, LaunchOrder, TaskLimits, task_address
 
 OPTIONS = KubernetesOptions(namespace="shoal", tolerated_taints=("nvidia.com/gpu",))
@@ -317,3 +320,22 @@ def test_a_barrier_that_cannot_run_is_a_launch_error_naming_the_way_out() -> Non
     assert "python3" in ended.launch_error and "--helper-image" in ended.launch_error
     pod.status.init_container_statuses[0].last_state = client.V1ContainerState()
     assert status.exit_report(status.facts(pod), 0) is None  # waiting for peers: fine
+
+
+def test_the_served_json_reads_as_the_clients_models_do() -> None:
+    """The agent reads Pods and Nodes as served (raw.Obj), not as the client's models: the
+    facts, requests and nodes it takes from them must be the same."""
+    served = ApiClient().sanitize_for_serialization
+    for pod in (
+        finished_pod("Running"),
+        finished_pod("Failed", 137, "OOMKilled"),
+        finished_pod("Pending", waiting="ErrImagePull"),
+        a_pod("n1", requests={"cpu": "2", "memory": "1Gi"}),
+    ):
+        assert repr(pod_requests(Obj(served(pod)))) == repr(pod_requests(pod))
+        assert status.facts(Obj(served(pod))) == status.facts(pod)
+        pod.metadata.deletion_timestamp = datetime(2026, 11, 27, 4, 0, 1, 500000, tzinfo=UTC)
+        assert status.facts(Obj(served(pod))) == status.facts(pod)
+    tainted = [client.V1Taint(key="k", effect="NoSchedule", value="v")]
+    for listed in (node(), node(ready="False"), node(unschedulable=True, taints=tainted)):
+        assert agent_node(Obj(served(listed)), None, OPTIONS) == agent_node(listed, None, OPTIONS)

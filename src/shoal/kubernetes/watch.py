@@ -6,15 +6,20 @@ resumed from the last version seen (bookmarks keep it fresh); one answered ``410
 version was compacted away) lists again, and what changed meanwhile, including objects deleted
 while nobody watched, is delivered as events. Errors (an API server restarting) are retried with
 a doubling backoff, 0.2 s up to 10 s. Nothing is missed: every object's last state reaches
-``on_change`` exactly as the API server last served it.
+``on_change`` exactly as the API server last served it, as a ``raw.Obj`` (the JSON, not the
+client's models: building those cost most of the agent's CPU).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from shoal.kubernetes import raw
 
 log = logging.getLogger("shoal.kubernetes")
 WATCH_TIMEOUT_S = 60  # the server ends each watch after this long; it is resumed at once
@@ -60,9 +65,10 @@ class Cache:
         self._thread.start()
 
     def stop(self) -> None:
-        watch = self._watch
-        if watch is not None:
-            watch.stop()
+        response = self._watch
+        if response is not None:  # ends the watch's read in its thread
+            with contextlib.suppress(Exception):
+                getattr(response, "shutdown", response.close)()
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -104,8 +110,8 @@ class Cache:
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _list(self) -> None:
-        answer = self.lister(**self.selectors)
-        fresh = {_key(obj): obj for obj in answer.items}
+        answer = raw.read(self.lister(**self.selectors, _preload_content=False))
+        fresh = {_key(obj): obj for obj in answer.items or ()}
         with self._lock:
             before = self._objects
             self._objects = dict(fresh)
@@ -122,41 +128,47 @@ class Cache:
         self.synced.set()
 
     def _watch_once(self) -> None:
-        from kubernetes import watch
+        from kubernetes.watch.watch import iter_resp_lines
 
-        self._watch = watch.Watch()
-        stream = self._watch.stream(
-            self.lister,
+        response = self.lister(
+            watch=True,
             resource_version=self._version,
             timeout_seconds=WATCH_TIMEOUT_S,
             allow_watch_bookmarks=True,
+            _preload_content=False,
             **self.selectors,
         )
-        for event in stream:
-            if self.stopping.is_set():
-                self._watch.stop()
-                return
-            kind, obj = event["type"], event["object"]
-            if kind == "ERROR":
-                raw = event.get("raw_object") or {}
-                if raw.get("code") == 410:
-                    raise Expired()
-                raise RuntimeError(f"watch error: {raw.get('message') or raw}")
-            if kind == "BOOKMARK":  # the client leaves a bookmark's object a plain dict
-                meta = obj.get("metadata", {}) if isinstance(obj, dict) else obj.metadata
-                version = meta.get("resourceVersion") if isinstance(meta, dict) else None
-                self._version = version or getattr(meta, "resource_version", None) or self._version
-                continue
-            version = obj.metadata.resource_version
-            key = _key(obj)
-            with self._lock:
-                old = self._objects.get(key)
-                if kind == "DELETED":
-                    self._objects.pop(key, None)
-                else:
-                    self._objects[key] = obj
-                self._version = version or self._version
-            self.on_change(kind, old, obj)
+        self._watch = response
+        try:
+            for line in iter_resp_lines(response):
+                if self.stopping.is_set():
+                    return
+                if line and not line.isspace():
+                    self._event(json.loads(line))
+        finally:
+            self._watch = None
+            response.release_conn()
+
+    def _event(self, event: dict[str, Any]) -> None:
+        kind, body = event["type"], event["object"]
+        if kind == "ERROR":
+            if body.get("code") == 410:
+                raise Expired()
+            raise RuntimeError(f"watch error: {body.get('message') or body}")
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            self._version = version or self._version
+            return
+        obj = raw.Obj(body)
+        key = _key(obj)
+        with self._lock:
+            old = self._objects.get(key)
+            if kind == "DELETED":
+                self._objects.pop(key, None)
+            else:
+                self._objects[key] = obj
+            self._version = version or self._version
+        self.on_change(kind, old, obj)
 
 
 def _status(exc: Exception) -> int | None:
