@@ -176,7 +176,8 @@ def test_higher_class_preempts_lower_inside_its_vc_if_allowed() -> None:
 
 def test_borrowing_limit_and_user_cap_are_explained() -> None:
     limited = [vc("a", 4, borrow=2), vc("b", 12)]
-    plan = plan_of(limited, [job("a0", "a", 8, 0)])
+    # a0 alone would fit (guarantee 4 + limit 2 = 6 GPUs) but a1 already holds 4 of them
+    plan = plan_of(limited, [job("a0", "a", 4, 1)], [running("a1", "a", "n0", (0, 1, 2, 3), 0)])
     reason = plan.reason_for("a0")
     assert reason is not None and reason.code is ReasonCode.OVER_QUOTA
     assert "virtual cluster a uses" in reason.message and "borrowing limit" in reason.message

@@ -1,7 +1,8 @@
 """One scheduling cycle: jobs in queue order, each admitted whole, left waiting with a reason,
-reported infeasible, or (with virtual clusters) given room by preempting jobs it is entitled to
-displace. With virtual clusters, the first blocked job of each VC also keeps a reservation, so
-later jobs backfill only around it and never delay it.
+reported infeasible (not even the idle cluster, or not even all its VC may ever use, could hold
+it: ``quota.beyond_reach``), or (with virtual clusters) given room by preempting jobs it is
+entitled to displace. With virtual clusters, the first blocked job of each VC also keeps a
+reservation, so later jobs backfill only around it and never delay it.
 
 A cycle counts its work against a ``Budget`` (core/budget.py): placement attempts, preemption
 what-ifs and, if the caller gives one, a deadline. ``stop_early`` says when to stop examining all
@@ -147,6 +148,10 @@ class Cycle:
             return
         mode: Mode | None = None
         if self.quota is not None:
+            beyond = self.quota.out_of_reach(job)
+            if beyond is not None:  # more than its VC may ever use: infeasible, as NeverFits
+                self._infeasible(job, beyond)
+                return
             head = self.strict_heads.get(job.virtual_cluster)
             if head is not None:
                 self._pend(job, _behind_head(job, head))

@@ -21,6 +21,9 @@ class ReasonCode(StrEnum):
     NEVER_FITS = "NeverFits"
     OVER_QUOTA = "OverQuota"  # the VC's guarantee (plus borrowing limit) is used up
     USER_GPU_CAP = "UserGPUCap"  # the user's GPU cap inside the VC is reached
+    # infeasible: more than the VC's guarantee plus borrowing limit, or than its per-user cap
+    EXCEEDS_VC_LIMIT = "ExceedsVirtualClusterLimit"
+    EXCEEDS_USER_GPU_CAP = "ExceedsUserGPUCap"
     NO_IDLE_CAPACITY = "NoIdleCapacity"  # borrowing or `oppo`: only idle capacity may be used
     WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # victims are being stopped for this job
     RESERVED_FOR_HEAD = "ReservedForEarlierJob"  # the room is held for a job ahead in the queue

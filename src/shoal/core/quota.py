@@ -168,6 +168,11 @@ class QuotaLedger:
         self._node_types: Mapping[str, str | None] = {}
         self._by_priority: dict[tuple[str, int], list[int]] | None = None
         self._verdicts: dict[tuple[object, ...], Admission | PendingReason] = {}
+        # the most each VC may ever use (None: any idle capacity), for ``out_of_reach``
+        self._most = {
+            vc.name: None if vc.borrow_limit is None else vc.guarantee + vc.borrow_limit
+            for vc in vcs
+        }
 
     @property
     def running(self) -> list[RunningJob]:
@@ -204,6 +209,19 @@ class QuotaLedger:
             self.typed.get((vc.name, gpu_type), 0) + count <= limits.get(gpu_type, 0)
             for gpu_type, count in typed_need(job).items()
         )
+
+    def out_of_reach(self, job: JobRequest) -> PendingReason | None:
+        """Why the job could never be admitted in its VC (``beyond_reach``), None if it could
+        (or its VC does not exist: that wait has a reason of its own)."""
+        vc = self.vcs.get(job.virtual_cluster)
+        if vc is None or job.opportunistic:
+            return None
+        most = self._most[vc.name]
+        need = job.total
+        cap = vc.user_gpu_cap
+        if (most is None or need.fits_in(most)) and (cap is None or need.gpu <= cap):
+            return None  # the common case, cheaply: every queued job is asked every cycle
+        return beyond_reach(vc, job)
 
     def classify(self, job: JobRequest) -> Admission | PendingReason:
         """How the job may be admitted now. Jobs alike in VC, priority, size, GPU types and
@@ -249,8 +267,8 @@ class QuotaLedger:
         return PendingReason(
             ReasonCode.OVER_QUOTA,
             f"virtual cluster {vc.name} uses {self.usage[vc.name].describe()} of its guarantee "
-            f"{vc.guarantee.describe()} plus borrowing limit {vc.borrow_limit.describe()}; "
-            f"this job needs {need.describe()} more",
+            f"{vc.guarantee.describe_limit()} plus borrowing limit "
+            f"{vc.borrow_limit.describe_limit()}; this job needs {need.describe()} more",
         )
 
     def relief_within(self, job: JobRequest) -> bool:
@@ -328,6 +346,66 @@ class QuotaLedger:
                     key = (vc.name, t)
                     typed_left[key] = typed_left.get(key, 0) - count
         return inside
+
+
+def beyond_reach(vc: VirtualCluster, job: JobRequest) -> PendingReason | None:
+    """Why ``job`` could never be admitted in ``vc``, whatever else runs (None: it could): it
+    asks more GPUs than the per-user cap, or more of a resource than the guarantee plus the
+    borrowing limit. `oppo` jobs count against neither, so they are never beyond reach."""
+    if job.opportunistic:
+        return None
+    need = job.total
+    cap = vc.user_gpu_cap
+    if cap is not None and need.gpu > cap:
+        return PendingReason(
+            ReasonCode.EXCEEDS_USER_GPU_CAP,
+            f"this job needs {need.gpu} GPUs, more than the {cap}-GPU per-user cap of virtual "
+            f"cluster {vc.name}, so it could never start there; ask for at most {cap} GPUs, "
+            "submit it to another virtual cluster, or ask an admin to raise the cap "
+            f"(shoal vc update {vc.name} --user-gpu-cap {need.gpu})",
+        )
+    if vc.borrow_limit is None:
+        return None  # may borrow any idle capacity: only the cluster's size bounds it
+    most = vc.guarantee + vc.borrow_limit
+    over = [
+        (name, n, g, b, m)
+        for name, n, g, b, m in zip(
+            ("cpu", "memory", "gpu"),
+            (need.cpu_millis, need.memory_mib, need.gpu),
+            (vc.guarantee.cpu_millis, vc.guarantee.memory_mib, vc.guarantee.gpu),
+            (vc.borrow_limit.cpu_millis, vc.borrow_limit.memory_mib, vc.borrow_limit.gpu),
+            (most.cpu_millis, most.memory_mib, most.gpu),
+            strict=True,
+        )
+        if n > m
+    ]
+    if not over:
+        return None
+    limits = "; ".join(
+        f"{_amount(name, n)} asked, at most {_amount(name, m)} (guarantee {_amount(name, g)} "
+        f"plus borrowing limit {_amount(name, b)})"
+        for name, n, g, b, m in over
+    )
+    raise_to = ",".join(f"{name}={_setting(name, n - g)}" for name, n, g, _, _ in over)
+    return PendingReason(
+        ReasonCode.EXCEEDS_VC_LIMIT,
+        f"this job needs more than virtual cluster {vc.name} may ever use ({limits}), so it "
+        "could never start there; make it smaller, submit it to another virtual cluster, or "
+        f"ask an admin to raise the limit (shoal vc update {vc.name} --borrow-limit {raise_to})",
+    )
+
+
+def _amount(name: str, value: int) -> str:
+    if name == "cpu":
+        return f"{value / 1000:g} cpu"
+    return f"{value} MiB of memory" if name == "memory" else f"{value} GPU"
+
+
+def _setting(name: str, value: int) -> str:
+    """An amount as ``shoal vc update --borrow-limit`` takes it."""
+    if name == "cpu":
+        return f"{value / 1000:g}"
+    return f"{value}Mi" if name == "memory" else str(value)
 
 
 def typed_need(job: JobRequest) -> dict[str, int]:

@@ -10,9 +10,10 @@ spent (tests/core/test_bounded_cycle.py).
 Policy (see docs/scheduling.md): jobs in priority order, then submission time, then id; each job
 is placed as a whole gang or not at all; a job that does not fit waits with a reason and later,
 smaller jobs may still start (best-effort FIFO). A job that could not run even on an idle cluster
-is reported infeasible rather than left to wait forever. With virtual clusters, quotas decide
-who may use what, jobs inside their guarantee may preempt borrowers, and each VC's first blocked
-job keeps a reservation (core/cycle.py).
+is reported infeasible rather than left to wait forever, and so is one asking more than its
+virtual cluster may ever use (guarantee plus borrowing limit, or the per-user GPU cap). With
+virtual clusters, quotas decide who may use what, jobs inside their guarantee may preempt
+borrowers, and each VC's first blocked job keeps a reservation (core/cycle.py).
 """
 
 from __future__ import annotations

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from shoal.core.placement import NodePool, PlacementFailure
 from shoal.core.preemption import choose_victims
-from shoal.core.quota import running_jobs
+from shoal.core.quota import beyond_reach, running_jobs
 from shoal.core.snapshot import ClusterSnapshot, JobRequest
 
 
 def blocking_jobs(snapshot: ClusterSnapshot, job: JobRequest, limit: int = 20) -> list[str] | None:
     """The fewest running jobs whose end would let ``job`` fit now, newest and lowest priority
-    first; ``[]`` if it fits already, None if even an idle cluster would not do."""
+    first; ``[]`` if it fits already, None if even an idle cluster would not do. ``[]`` too when
+    it asks more than its VC may ever use: no job's end would help, and its pending reason
+    (``quota.beyond_reach``) says what would."""
+    vc = next((v for v in snapshot.virtual_clusters if v.name == job.virtual_cluster), None)
+    if vc is not None and beyond_reach(vc, job) is not None:
+        return []
     running = running_jobs(snapshot.allocations)
     candidates = sorted(running, key=lambda r: (r.priority, -r.submitted_at, r.job_id))
 

@@ -215,6 +215,26 @@ def test_submission_errors_carry_described_codes(pai: TestClient, pai_home: Path
     assert novc.status_code == 400 and novc.json()["code"] == "NoVirtualClusterError"
 
 
+def test_a_job_beyond_its_virtual_cluster_is_refused_as_over_quota(
+    pai: TestClient, pai_home: Path
+) -> None:
+    GpuAgent(pai, pai_home)
+    team = {"guarantee_gpu": 1, "borrow_gpu": 0, "user_gpu_cap": 1}
+    assert pai.post("/api/v1/virtual-clusters/team", json=team).status_code == 201
+    in_team = "defaults: {virtualCluster: team}\n"
+    refused = pai.post("/api/v2/jobs", content=JOB.format(name="two", gpu=2) + in_team)
+    assert refused.status_code == 400 and refused.json()["code"] == "NoEnoughQuotaError"
+    assert "per-user cap of virtual cluster team" in refused.json()["message"]
+    assert pai.patch("/api/v1/virtual-clusters/team", json={"user_gpu_cap": None}).is_success
+    refused = pai.post("/api/v2/jobs", content=JOB.format(name="two", gpu=2) + in_team)
+    assert refused.status_code == 400 and refused.json()["code"] == "NoEnoughQuotaError"
+    assert "virtual cluster team may ever use (2 GPU asked, at most 1 GPU" in (
+        refused.json()["message"]
+    )
+    fits = pai.post("/api/v2/jobs", content=JOB.format(name="one", gpu=1) + in_team)
+    assert fits.status_code == 202, fits.text
+
+
 def test_an_unknown_order_or_route_is_refused_with_a_code(tmp_path: Path) -> None:
     # Answers OpenPAI's description lists no status for (its server sends them too): checked
     # here without the contract.

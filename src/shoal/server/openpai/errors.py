@@ -44,6 +44,14 @@ CODES = frozenset(
 )
 
 
+# shoal's refusals for which the description's list has a closer code than InvalidParametersError:
+# a job that asks more than its virtual cluster may ever use
+CLOSER = {
+    "ExceedsVirtualClusterLimit": "NoEnoughQuotaError",
+    "ExceedsUserGPUCap": "NoEnoughQuotaError",
+}
+
+
 def described(error: ApiError, statuses: frozenset[int]) -> ApiError:
     """``error`` as a route that describes ``statuses`` may answer it."""
     if (error.status in statuses and error.code in CODES) or error.status == 507:
@@ -52,7 +60,8 @@ def described(error: ApiError, statuses: frozenset[int]) -> ApiError:
         code = "UnauthorizedUserError" if error.status == 401 else "ForbiddenUserError"
         return ApiError(error.status, code, error.message, error.problems, error.headers)
     if error.status < 500 and 400 in statuses:  # a refusal of the request as sent
-        return ApiError(400, "InvalidParametersError", error.message, error.problems)
+        code = CLOSER.get(error.code, "InvalidParametersError")
+        return ApiError(400, code, error.message, error.problems)
     if error.status == 404 and 404 in statuses:
         return ApiError(404, error.code if error.code in CODES else "NoJobError", error.message)
     return ApiError(500, "UnknownError", error.message, error.problems)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from shoal.core.quota import beyond_reach
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import ClusterSnapshot
 from shoal.core.states import State
@@ -46,14 +47,14 @@ from shoal.server.services.inline_code import code_hash_of
 from shoal.server.services.nodes import load_nodes
 from shoal.server.services.runtimes import fallback_runtime, resolve
 from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
-from shoal.server.services.vcs import ensure_exists
+from shoal.server.services.vcs import ensure_exists, reach_of
 from shoal.server.storage import require_room
 from shoal.spec.arrays import ArrayError, ArrayRange, parse_array
 from shoal.spec.errors import SpecError
 from shoal.spec.loader import ParsedJobs, load_job_text
 from shoal.spec.model import JobSpec, Runtime, SourceFormat
 from shoal.spec.patterns import JOB_NAME_RE
-from shoal.store.models import Job
+from shoal.store.models import Job, VirtualClusterRow
 
 ACTIVE = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 MAX_ARRAY_TASKS = 100_000  # tasks of all the elements of one array
@@ -147,8 +148,9 @@ def store(
     rows = []
     for spec in prepared.specs:
         vc = prepared.request.virtual_cluster or spec.virtual_cluster or "default"
-        _check_membership(session, principal, vc)
+        vc_row = _check_membership(session, principal, vc)
         _check_conflicts(ctx, session, principal, spec, names_for_good)
+        _check_reach(session, principal, spec, vc, vc_row)
         pinned = resolve_declared(session, principal, spec.all_data())
         images = images_of(spec)
         # on Kubernetes, its nodes pull images themselves: no job waits for a pushed one
@@ -329,17 +331,33 @@ def _never_fits(ctx: ServerContext, session: Session, spec: JobSpec) -> str | No
     return None
 
 
-def _check_membership(session: Session, principal: Principal, vc: str) -> None:
+def _check_membership(session: Session, principal: Principal, vc: str) -> VirtualClusterRow | None:
+    """The VC's row (None for ``default``) if the caller may submit to it."""
     row = ensure_exists(session, vc)
     members = set(row.members) if row is not None else set()
     allowed = principal.is_admin or not members or principal.user in members
     if row is None or allowed or members & set(principal.groups):
-        return
+        return row
     raise ApiError(
         403,
         "ForbiddenUserError",
         f"you are not a member of virtual cluster {vc}; ask an admin to add you",
     )
+
+
+def _check_reach(
+    session: Session, principal: Principal, spec: JobSpec, vc: str, row: VirtualClusterRow | None
+) -> None:
+    """A 422 if the job asks more than VC ``vc`` may ever use (guarantee plus borrowing limit,
+    or the per-user GPU cap): the scheduler's own verdict (``core.quota.beyond_reach``), so the
+    job would otherwise wait for ever. A VC edit later is the scheduler's to report."""
+    target = reach_of(session, vc, row)
+    if target is None:
+        return
+    request = replace(job_request(spec, "check", 0.0, vc), user=principal.user)
+    reason = beyond_reach(target, request)
+    if reason is not None:
+        raise ApiError(422, reason.code.value, reason.message)
 
 
 def _check_conflicts(

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.core.aging import Aging
-from shoal.core.resources import ResourceVector
+from shoal.core.resources import UNLIMITED, UNLIMITED_GPU, ResourceVector
 from shoal.core.snapshot import NodeState, VirtualCluster
 from shoal.core.states import State
 from shoal.server.admin_schemas import (
@@ -38,9 +38,6 @@ from shoal.store.models import Job, Task, VirtualClusterRow
 
 DEFAULT_VC = "default"
 
-
-UNLIMITED = 1 << 40
-UNLIMITED_GPU = 1 << 30
 _ALL_ROWS = select(VirtualClusterRow).order_by(VirtualClusterRow.name)
 
 
@@ -97,21 +94,38 @@ def load_virtual_clusters(
         default_row.preempt_within if default_row else True,
         strict_fifo=default_row.strict_fifo if default_row else False,
     )
-    return (
-        default,
-        *(
-            VirtualCluster(
-                r.name,
-                _guarantee(r),
-                _borrow(r),
-                r.user_gpu_cap,
-                r.preempt_within,
-                tuple(sorted((r.gpu_by_type or {}).items())),
-                r.strict_fifo,
-            )
-            for r in named
-        ),
+    return (default, *(_virtual_cluster(r) for r in named))
+
+
+def _virtual_cluster(row: VirtualClusterRow) -> VirtualCluster:
+    """A named VC (not ``default``) as the scheduler sees it."""
+    return VirtualCluster(
+        row.name,
+        _guarantee(row),
+        _borrow(row),
+        row.user_gpu_cap,
+        row.preempt_within,
+        tuple(sorted((row.gpu_by_type or {}).items())),
+        row.strict_fifo,
     )
+
+
+def reach_of(session: Session, name: str, row: VirtualClusterRow | None) -> VirtualCluster | None:
+    """VC ``name`` (``row``: its row, None for ``default``) as the scheduler sees it, for the
+    submission's "could it ever run there?" check; None when there is nothing to judge. The
+    ``default`` VC is read in full only when it has a borrowing limit, its guarantee counting
+    every node, lost ones too (a node away for a moment refuses nothing), and not before a node
+    has joined."""
+    if row is not None:
+        return _virtual_cluster(row)
+    settings = session.get(VirtualClusterRow, DEFAULT_VC)
+    if settings is None:
+        return None  # no limits set: only the cluster's size bounds it (checked apart)
+    nodes = load_nodes(session, include_lost=True) if _borrow(settings) is not None else []
+    if not nodes:  # may borrow any idle capacity, or no node to size the guarantee by yet
+        cap = settings.user_gpu_cap
+        return None if cap is None else VirtualCluster(DEFAULT_VC, ResourceVector(), None, cap)
+    return load_virtual_clusters(session, nodes)[0]
 
 
 def load_aging(session: Session) -> dict[str, Aging]:
