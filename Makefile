@@ -175,7 +175,8 @@ test-browser: setup web system-deps
 bench-scheduler: setup
 	$(BIN)/python bench/scheduler.py
 
-bench-launch: setup
+# Its container row needs podman and the test images (without them the row says so, skipped).
+bench-launch: setup containers
 	$(BIN)/python bench/launch.py
 
 bench-peers: setup

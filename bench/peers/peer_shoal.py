@@ -7,40 +7,29 @@ agent's wall-clock time right after ``Popen`` of the task's shell returned (fork
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
-from peer_proc import log, run
+BENCH = Path(__file__).resolve().parents[1]
+# bench/launch.py and the modules it imports beside it (launch_containers.py), as when it runs as
+# a script; appended, so that bench/kubernetes.py never shadows the kubernetes package
+if str(BENCH) not in sys.path:
+    sys.path.append(str(BENCH))
 
-from shoal.client import ShoalClient
-from shoal.local.supervisor import stop_local
+from peer_proc import log, run  # noqa: E402
 
-LAUNCH = Path(__file__).resolve().parents[1] / "launch.py"
-
-
-def load_launch() -> ModuleType:
-    """bench/launch.py is a script, not a package module: load it from its path."""
-    name = "shoal_bench_launch"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, LAUNCH)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {LAUNCH}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+import launch  # noqa: E402  bench/launch.py
+from shoal.client import ShoalClient  # noqa: E402
+from shoal.local.supervisor import stop_local  # noqa: E402
 
 
 def machine_summary() -> str:
-    return load_launch().machine()
+    return str(launch.machine())
 
 
 def version() -> str:
-    root = LAUNCH.parents[1]
+    root = BENCH.parent
     out = run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], check=False, timeout=30)
     dirty = run(["git", "-C", str(root), "status", "--porcelain", "src"], check=False, timeout=30)
     commit = out.stdout.strip() or "unknown"
@@ -48,7 +37,6 @@ def version() -> str:
 
 
 def measure(args, scratch: Path) -> dict:
-    launch = load_launch()
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-peers-", dir=scratch))
     client = ShoalClient(*launch.start_cluster(home, args.slots))
     try:
