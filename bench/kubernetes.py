@@ -31,9 +31,12 @@ cluster's, so jobs queue. One role (shoal) / one Indexed Job with parallelism = 
 **Each system in turn** (its own namespace; the order of the table), the queue filled first and
 then opened at once:
 
-- **shoal**: server and ``shoal kubernetes agent`` (``--no-logs``) on the cluster; the jobs go to a
-  virtual cluster with no guarantee and no borrowing (they wait ``OverQuota``); opening it sets
-  its guarantee to every GPU. shoal places each gang whole and creates its Pods bound to nodes.
+- **shoal**: server and ``shoal kubernetes agent`` (``--no-logs``) on the cluster; every node is
+  cordoned in shoal, the jobs go to a virtual cluster guaranteed every GPU and wait for a node;
+  the opening uncordons the 1,000 nodes (16 requests at a time, about a second). shoal places
+  each gang whole and creates its Pods bound to nodes. (A virtual cluster with no guarantee and
+  no borrowing, the hold of earlier runs, now refuses the jobs at submission: they could never
+  run there.)
 - **kube-scheduler** alone: the Jobs are created unsuspended before kube-scheduler starts, and
   their Pods (created by the Job controller) wait; starting it opens the queue. Its
   ``NodeResourcesFit`` scores ``MostAllocated`` on ``nvidia.com/gpu`` (packing, as GPU clusters
@@ -810,6 +813,20 @@ def submit_all(items: Iterable[Any], submit: Callable[[Any], Any], workers: int 
     return time.time() - began
 
 
+def node_actions(url: str, token: str, names: list[str], action: str) -> None:
+    """``cordon`` or ``uncordon`` every node in shoal, 16 at a time."""
+    local = threading.local()
+
+    def one(name: str) -> None:
+        client = getattr(local, "client", None)
+        if client is None:
+            client = local.client = ShoalClient(url, token, timeout=60)
+        client.node_action(name, action)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, names))
+
+
 def run_shoal(run: Run, root: Path) -> dict[str, Any]:
     namespace = NAMESPACES["shoal"]
     run.driver.post("/api/v1/namespaces", {"metadata": {"name": namespace}})
@@ -835,7 +852,10 @@ def run_shoal(run: Run, root: Path) -> dict[str, Any]:
             return sum(1 for n in admin.nodes() if n["state"] == "READY") >= nodes
 
         wait_for(nodes_ready, 180, "every node READY in shoal", interval=1.0)
-        admin.save_vc("bench", {"guarantee_gpu": 0, "borrow_gpu": 0, "members": []}, create=True)
+        names = [n["name"] for n in admin.nodes()]
+        node_actions(info.url, token, names, "cordon")  # the queue fills, nothing is placed
+        guarantee = {"guarantee_gpu": run.total_gpus, "borrow_gpu": 0, "members": []}
+        admin.save_vc("bench", guarantee, create=True)
         local = threading.local()
 
         def submit(gang: Gang) -> tuple[str, str]:
@@ -854,7 +874,7 @@ def run_shoal(run: Run, root: Path) -> dict[str, Any]:
         run.log(f"  {len(ids)} jobs submitted in {submit_s:.1f} s")
         watch.start()
         watch.synced.wait(60)
-        time.sleep(2)  # the scheduler has seen them all (they wait OverQuota)
+        time.sleep(2)  # the scheduler has seen them all (they wait for a node)
         waiting = admin.jobs(states=["WAITING"], limit=10000, all_users=True)
         run.log(f"  {len(waiting)} waiting before the opening")
         pids = {"shoal server": info.server_pid, "shoal agent": info.agent_pid}
@@ -865,7 +885,7 @@ def run_shoal(run: Run, root: Path) -> dict[str, Any]:
         cpu.start()
         sampler.start()
         opened = time.time()
-        admin.patch_vc("bench", {"guarantee_gpu": run.total_gpus})
+        node_actions(info.url, token, names, "uncordon")
         total = sum(g.pods for g in run.gangs)
         closed = wait_window(run, opened, lambda: len(pods.running) >= total)
         used = cpu.stop()

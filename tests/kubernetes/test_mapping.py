@@ -10,7 +10,7 @@ from kubernetes.client import ApiClient
 
 from kubernetes import client
 from shoal.kubernetes import pods, status
-from shoal.kubernetes.nodes import agent_node, foreign_requests, pod_requests
+from shoal.kubernetes.nodes import ForeignHolds, agent_node, foreign_requests, pod_requests
 from shoal.kubernetes.options import KubernetesOptions
 from shoal.kubernetes.raw import Obj
 from shoal.protocol import DataMount, LaunchOrder, TaskLimits, task_address
@@ -339,3 +339,35 @@ def test_the_served_json_reads_as_the_clients_models_do() -> None:
     tainted = [client.V1Taint(key="k", effect="NoSchedule", value="v")]
     for listed in (node(), node(ready="False"), node(unschedulable=True, taints=tainted)):
         assert agent_node(Obj(served(listed)), None, OPTIONS) == agent_node(listed, None, OPTIONS)
+
+
+def test_what_other_pods_hold_kept_from_events_equals_a_fresh_sum() -> None:
+    """The agent keeps foreign_requests up to date event by event (ForeignHolds): after adds,
+    moves, ends and deletions it must equal the sum over the Pods left."""
+    holds = ForeignHolds(OPTIONS)
+    alive: dict[str, client.V1Pod] = {}
+
+    def event(kind: str, pod: client.V1Pod) -> None:
+        holds.update(kind, pod)
+        if kind == "DELETED":
+            alive.pop(pod.metadata.name, None)
+        else:
+            alive[pod.metadata.name] = pod
+
+    for i in range(12):
+        pod = a_pod(f"n{i % 3}", "shoal", requests={"cpu": f"{i + 1}00m", "memory": "1Gi"})
+        pod.metadata.name = f"p{i}"
+        event("ADDED", pod)
+    moved = a_pod("n2", "shoal", requests={"cpu": "3", "memory": "2Gi", "nvidia.com/gpu": "1"})
+    moved.metadata.name = "p0"
+    event("MODIFIED", moved)
+    done = a_pod("n1", "shoal", requests={"cpu": "200m"}, phase="Succeeded")
+    done.metadata.name = "p1"
+    event("MODIFIED", done)
+    event("DELETED", alive["p4"])
+    ours = a_pod("n1", "shoal", labels={"shoal.dev/instance": "shoal"}, requests={"cpu": "9"})
+    ours.metadata.name = "p5"
+    event("MODIFIED", ours)
+    fresh = foreign_requests(alive.values(), OPTIONS)
+    kept = {node: sums.key() for node, sums in holds.by_node.items() if sums.key() != (0, 0, 0)}
+    assert kept == {node: sums.key() for node, sums in fresh.items()}

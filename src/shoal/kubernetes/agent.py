@@ -29,10 +29,11 @@ from shoal.kubernetes import status
 from shoal.kubernetes.exec import PodExec
 from shoal.kubernetes.launcher import Launcher, LaunchFailed
 from shoal.kubernetes.logs import Follower
-from shoal.kubernetes.nodes import agent_node, foreign_requests, is_ours, wanted
+from shoal.kubernetes.nodes import ForeignHolds, Requests, agent_node, is_ours, wanted
 from shoal.kubernetes.options import JOB, KubernetesOptions
 from shoal.kubernetes.watch import Cache
 from shoal.protocol import (
+    AgentNode,
     ExitReport,
     LaunchOrder,
     LogUploadRequest,
@@ -84,6 +85,9 @@ class KubernetesAgent:
         # shoal's own Pods as the watch last served them: by attempt, and the attempts of each job
         self._own: dict[str, Any] = {}
         self._of_job: dict[str, set[str]] = {}
+        # what other Pods hold on each node; each node's report, while neither changes
+        self._foreign = ForeignHolds(options)
+        self._node_reports: dict[str, tuple[str, tuple[int, int, int], AgentNode]] = {}
         self._http = httpx.Client(**connection.httpx_settings(ORDER_WAIT_S + 10.0))
         self._launches = ThreadPoolExecutor(LAUNCHERS, thread_name_prefix="k8s-launch")
         self._deletes = ThreadPoolExecutor(DELETERS, thread_name_prefix="k8s-delete")
@@ -115,11 +119,15 @@ class KubernetesAgent:
     # ---- watch events ----
 
     def _on_node(self, kind: str, old: Any, new: Any) -> None:
+        if kind == "DELETED":
+            self._node_reports.pop(new.metadata.name, None)
         self.report_now.set()
 
     def _on_pod(self, kind: str, old: Any, new: Any) -> None:
         if not is_ours(new, self.options):
-            if new.spec and new.spec.node_name:
+            with self._lock:
+                held_changed = self._foreign.update(kind, new)
+            if held_changed:
                 self.report_now.set()  # what other Pods request on a node changed
             return
         facts = status.facts(new)
@@ -187,10 +195,10 @@ class KubernetesAgent:
             return list(self._own.values())
 
     def report_request(self) -> ReportRequest:
-        pods = self.pods.items()
-        held = foreign_requests(pods, self.options)
+        with self._lock:
+            held = {name: sums.copy() for name, sums in self._foreign.by_node.items()}
         nodes = [
-            agent_node(node, held.get(node.metadata.name), self.options)
+            self._node_report(node, held.get(node.metadata.name))
             for node in self.nodes.items()
             if wanted(node)
         ]
@@ -226,6 +234,17 @@ class KubernetesAgent:
             agent_version=__version__,
             fencing="confirmed",
         )
+
+    def _node_report(self, node: Any, held: Requests | None) -> AgentNode:
+        """The node as reported: made again only when the Node or what others hold changed."""
+        version = node.metadata.resource_version or ""
+        held_key = held.key() if held is not None else (0, 0, 0)
+        known = self._node_reports.get(node.metadata.name)
+        if known is not None and known[:2] == (version, held_key):
+            return known[2]
+        made = agent_node(node, held, self.options)
+        self._node_reports[node.metadata.name] = (version, held_key, made)
+        return made
 
     def _log_shipped(self, attempt_id: str, now: float) -> bool:
         follower = self._followers.get(attempt_id)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from decimal import Decimal
@@ -26,8 +27,10 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 READINESS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
+@functools.lru_cache(maxsize=4096)
 def quantity(value: object) -> Decimal:
-    """A Kubernetes quantity (``500m``, ``4Gi``, ``2``) as a number."""
+    """A Kubernetes quantity (``500m``, ``4Gi``, ``2``) as a number (remembered: a cluster's
+    Pods and Nodes repeat a few values, and parsing one costs more than the rest of a report)."""
     from kubernetes.utils import parse_quantity
 
     return Decimal(parse_quantity(value))
@@ -45,6 +48,17 @@ class Requests:
         self.cpu_millis += other.cpu_millis
         self.memory_mib += other.memory_mib
         self.gpus += other.gpus
+
+    def subtract(self, other: Requests) -> None:
+        self.cpu_millis -= other.cpu_millis
+        self.memory_mib -= other.memory_mib
+        self.gpus -= other.gpus
+
+    def copy(self) -> Requests:
+        return Requests(self.cpu_millis, self.memory_mib, self.gpus)
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.cpu_millis, self.memory_mib, self.gpus)
 
     def __repr__(self) -> str:
         return f"Requests({self.cpu_millis}m, {self.memory_mib}Mi, {self.gpus} GPU)"
@@ -108,6 +122,34 @@ def foreign_requests(pods: Iterable[Any], options: KubernetesOptions) -> dict[st
             continue
         held.setdefault(node, Requests()).add(pod_requests(pod))
     return held
+
+
+class ForeignHolds:
+    """``foreign_requests`` kept up to date from watch events, so a report costs nothing per
+    Pod: what each Pod shoal does not manage holds, and the sums by node."""
+
+    def __init__(self, options: KubernetesOptions) -> None:
+        self.options = options
+        self.by_node: dict[str, Requests] = {}
+        self._pods: dict[str, tuple[str, Requests]] = {}  # namespace/name -> (node, requests)
+
+    def update(self, kind: str, pod: Any) -> bool:
+        """Take one watch event; whether what some node holds changed."""
+        key = f"{pod.metadata.namespace or ''}/{pod.metadata.name}"
+        before = self._pods.pop(key, None)
+        if before is not None:
+            self.by_node[before[0]].subtract(before[1])
+        node = pod.spec.node_name if pod.spec else None
+        phase = pod.status.phase if pod.status else None
+        holds = kind != "DELETED" and node and phase not in TERMINAL_PHASES
+        now = None
+        if holds and node and not is_ours(pod, self.options):
+            now = (node, pod_requests(pod))
+            self._pods[key] = now
+            self.by_node.setdefault(node, Requests()).add(now[1])
+        if before is None or now is None:
+            return before is not now
+        return before[0] != now[0] or before[1].key() != now[1].key()
 
 
 def is_ready(node: Any) -> bool:
