@@ -140,7 +140,6 @@ def test_over_quota_names_only_the_limits_set(api: TestClient, ctx: ServerContex
     run_cycle(ctx)
     pending = state_of(api, second)["pending"]
     assert pending["code"] == "OverQuota"
-    assert "of its guarantee 2 GPU (cpu and memory unlimited) plus borrowing limit 0 GPU" in (
-        pending["message"]
-    )
-    assert_no_sentinel(pending["message"])
+    message = pending["message"]
+    assert "of its guarantee 2 GPU (cpu and memory unlimited) plus borrowing limit 0 GPU" in message
+    assert_no_sentinel(message)

@@ -228,9 +228,8 @@ def test_a_job_beyond_its_virtual_cluster_is_refused_as_over_quota(
     assert pai.patch("/api/v1/virtual-clusters/team", json={"user_gpu_cap": None}).is_success
     refused = pai.post("/api/v2/jobs", content=JOB.format(name="two", gpu=2) + in_team)
     assert refused.status_code == 400 and refused.json()["code"] == "NoEnoughQuotaError"
-    assert "virtual cluster team may ever use (2 GPU asked, at most 1 GPU" in (
-        refused.json()["message"]
-    )
+    message = refused.json()["message"]
+    assert "virtual cluster team may ever use (2 GPU asked, at most 1 GPU" in message
     fits = pai.post("/api/v2/jobs", content=JOB.format(name="one", gpu=1) + in_team)
     assert fits.status_code == 202, fits.text
 
