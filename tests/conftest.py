@@ -1,13 +1,23 @@
-"""Shared test fixtures: where the verbatim compatibility samples live."""
+"""Shared test fixtures: where the verbatim compatibility samples live. And, at the end of a run,
+the check that it left nothing on the machine (tests/leftovers.py): task cgroups, podman
+containers, network namespaces or processes of its own still there fail the run, listed."""
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
+from tests import leftovers
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+SETTLE_S = 15.0  # how long what the last tests stopped may take to go
+PIDS = pytest.StashKey[set[int]]()
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +25,48 @@ def shared_dir() -> Path:
     if not (SHARED / "compat").is_dir():
         pytest.skip(f"the shared compatibility samples are not beside the repository ({SHARED})")
     return SHARED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's token, inherited by every process it starts (xdist's workers included: they
+    are started after this); each worker tells the controller its pid (labs are named by it)."""
+    os.environ.setdefault(leftovers.RUN_ENV, uuid.uuid4().hex)
+    config.stash[PIDS] = {os.getpid()}
+    if hasattr(config, "workeroutput"):
+        config.workeroutput["shoal_pid"] = os.getpid()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """(pytest-xdist, on the controller) a worker ended: keep its pid."""
+    output = getattr(node, "workeroutput", None) or {}
+    config = getattr(node, "config", None)
+    if "shoal_pid" in output and config is not None:
+        config.stash[PIDS].add(int(output["shoal_pid"]))
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None]:
+    """After every other finish (xdist's workers are gone by then), on the controller only:
+    fail the run if it left anything of its own on the machine."""
+    result = yield
+    config = session.config
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return result
+    temp = config._tmp_path_factory.getbasetemp()  # the workers' are below it
+    token = os.environ[leftovers.RUN_ENV]
+    deadline = time.monotonic() + SETTLE_S
+    found = leftovers.find(token, temp, config.stash[PIDS])
+    while found and time.monotonic() < deadline:
+        time.sleep(0.5)
+        found = leftovers.find(token, temp, config.stash[PIDS])
+    if found:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["this test run left these behind (tests/leftovers.py):", *found.lines()]
+        if reporter is not None:
+            reporter.write_sep("=", "leftovers", red=True)
+            for line in lines:
+                reporter.write_line(line)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return result

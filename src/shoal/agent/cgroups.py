@@ -310,16 +310,19 @@ class CgroupHost:
             self.tidy()
         return dict(self.unsupported)
 
+    def planned(self, name: str) -> TaskCgroup:
+        """The cgroup ``create(name)`` makes, not made yet (to be recorded first)."""
+        return TaskCgroup(self.version, {c: base / name for c, base in self.bases.items()})
+
     def create(self, name: str) -> TaskCgroup:
-        dirs: dict[str, Path] = {}
-        for controller, base in self.bases.items():
-            directory = base / name
+        cgroup = self.planned(name)
+        for controller, directory in cgroup.dirs.items():
+            base = self.bases[controller]
             if self.version == 2 and not (base / "cgroup.subtree_control").exists():
                 base.mkdir(exist_ok=True)
                 _write(base / "cgroup.subtree_control", "+cpu +memory +pids")
             directory.mkdir(parents=True, exist_ok=True)
-            dirs[controller] = directory
-        return TaskCgroup(self.version, dirs)
+        return cgroup
 
     def tidy(self) -> None:
         """Remove this agent's directories once no task cgroup is left in them."""

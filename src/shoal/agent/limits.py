@@ -46,15 +46,18 @@ class TaskLimiter:
         """The attempt's cgroup with its limits, or None when this node limits nothing."""
         if all(limit in self.unsupported for limit in LIMITED):
             return None
+        # recorded before it is made: an agent killed meanwhile finds it when it starts again
+        # (and a fenced keeper removes it, shoal.agent.keeper)
+        planned = self.host.planned(attempt_id)
+        (attempt_dir / CGROUP_FILE).write_text(
+            json.dumps(
+                {"version": planned.version, "dirs": {k: str(v) for k, v in planned.dirs.items()}}
+            )
+        )
         cgroup = self.host.create(attempt_id)
         refused = cgroup.apply(limits)
         for limit, reason in refused.items():  # found since the probe: reported from now on
             self.unsupported.setdefault(limit, reason)
-        (attempt_dir / CGROUP_FILE).write_text(
-            json.dumps(
-                {"version": cgroup.version, "dirs": {k: str(v) for k, v in cgroup.dirs.items()}}
-            )
-        )
         return cgroup
 
     def find(self, attempt_dir: Path) -> TaskCgroup | None:

@@ -55,6 +55,10 @@ def default_runtimes(home: Path, images: ImageSource | None = None) -> dict[str,
     }
 
 
+class _Stopping(Exception):
+    """The agent began to stop before this attempt's keeper started: it is not started."""
+
+
 class Runner:
     def __init__(
         self,
@@ -71,6 +75,8 @@ class Runner:
         self.attempts: dict[str, Attempt] = {}
         self.orphan_exits: dict[str, ExitReport] = {}  # kills of attempts never launched here
         self.draining = False  # shutting down: nothing new starts
+        self._launching = 0  # launches under way: stop_all lets them start or give up first
+        self._launched = threading.Condition(self.lock)
         self.busy_ports = BusyPorts()
         self.journal = Journal(home)
 
@@ -100,14 +106,27 @@ class Runner:
             attempt = Attempt(order, base / order.attempt_id, base / f"{order.attempt_id}.logs")
             self.attempts[order.attempt_id] = attempt
             self.journal.save(attempt.saved())  # before it starts: a restart finds it either way
-        taken = probe(order.ports)  # a listener may have appeared since the placement
+            self._launching += 1
+        try:
+            self._launch(attempt)
+        finally:
+            with self.lock:
+                self._launching -= 1
+                self._launched.notify_all()
+
+    def _launch(self, attempt: Attempt) -> None:
+        taken = probe(attempt.order.ports)  # a listener may have appeared since the placement
         if taken is not None:
             self._refuse(attempt, taken)
             return
         try:
             self._start(attempt)
+        except _Stopping:  # the agent began to stop first: nothing of it may stay behind
+            attempt.agent_shutdown = True
+            self._release(attempt)
+            self._finish(attempt, None, None)
         except Exception as exc:  # any launch problem is a platform failure, reported as such
-            log.warning("launch of %s failed: %s", order.attempt_id, exc)
+            log.warning("launch of %s failed: %s", attempt.attempt_id, exc)
             self._release(attempt)
             self._finish(attempt, None, None, launch_error=str(exc))
 
@@ -146,7 +165,8 @@ class Runner:
                 if record is None and saved.pid is not None:  # the keeper died, its task may not:
                     signal_group(saved.pid, signal.SIGKILL)  # nothing would fence it any more
                 self._finish_with(attempt, ended_from(record, None, {}))
-            else:
+            else:  # never started: its cgroup (and a container) may have been made already
+                self._release(attempt)
                 self._finish(attempt, None, None, launch_error="its agent stopped as it launched")
             with self.lock:
                 self.attempts[attempt.attempt_id] = attempt
@@ -204,17 +224,20 @@ class Runner:
             )
             launch = runtime.prepare(attempt.setup)
             grace, lease = order.kill_grace_s, self.journal.lease_path
-            attempt.proc = subprocess.Popen(
-                keeper_argv(attempt_dir, lease, grace, launch.argv, launch.join),
-                cwd=launch.cwd,
-                env=launch.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
+            with self.lock:  # a keeper started once stop_all has looked would outlive the agent
+                if self.draining:
+                    raise _Stopping
+                attempt.proc = subprocess.Popen(
+                    keeper_argv(attempt_dir, lease, grace, launch.argv, launch.join),
+                    cwd=launch.cwd,
+                    env=launch.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+                attempt.pid = attempt.proc.pid
         attempt.started_at = time.time()
-        attempt.pid = attempt.proc.pid
         attempt.create_time = create_time_of(attempt.pid)
         if order.deadline_s is not None:
             attempt.deadline = time.monotonic() + order.deadline_s
@@ -445,10 +468,13 @@ class Runner:
     def stop_all(self, grace: float) -> None:
         """Stop every task (agent shutdown): SIGTERM, wait up to ``grace``, then SIGKILL. Each
         exit says the agent's shutdown stopped it, unless the process had already exited on its
-        own or the server had already asked for the stop."""
-        with self.lock:
-            self.draining = True
+        own or the server had already asked for the stop. A launch under way either starts its
+        keeper first (and is stopped with the rest) or gives up, its cgroup removed: no keeper
+        starts once the agent may be gone (it would be fenced, its container left behind)."""
         deadline = time.monotonic() + grace
+        with self.lock:
+            self.draining = True  # launches under way now start (and are stopped) or give up
+            self._launched.wait_for(lambda: self._launching == 0, timeout=grace)
         while True:
             with self.lock:  # again each round: a launch under way may have started since
                 live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]

@@ -15,6 +15,7 @@ them, shoal.agent.images), so no registry is reached at run time.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
+from shoal.agent.keeper import CLEANUP_FILE
 from shoal.agent.runtimes import Launch, LaunchRefused, TaskSetup, container_shim
 from shoal.protocol import LaunchOrder, TaskLimits, fill_in
 
@@ -97,7 +99,15 @@ class ContainerRuntime:
         run += [image_id, "/bin/sh", "-c", _command(setup)]
         join = setup.cgroup.procs_files if setup.cgroup is not None else []
         argv = [*SHIM, name, ":".join(join) or "-", "--", *run]
+        # what the keeper runs if its lease lapses (no agent to call ``cleanup``): a container
+        # created, perhaps never started, is removed even then
+        cleanup = setup.attempt_dir / CLEANUP_FILE
+        cleanup.write_text(json.dumps(self._remove_argv(name)))
         return Launch(argv=argv, env=_podman_env(), cwd=setup.attempt_dir)
+
+    def _remove_argv(self, name: str) -> list[str]:
+        assert self.podman is not None
+        return [self.podman, "rm", "--force", "--ignore", "--time", "0", name]
 
     def _options(self, setup: TaskSetup) -> list[str]:
         order = setup.order
@@ -132,7 +142,7 @@ class ContainerRuntime:
         if self.podman is None:
             return
         name = container_name(self.instance, attempt_id)
-        remove = [self.podman, "rm", "--force", "--ignore", "--time", "0", name]
+        remove = self._remove_argv(name)
         error = ""
         for _ in range(3):
             done = subprocess.run(

@@ -17,7 +17,9 @@ directory). It
    followed by the agent killing everything in the task's cgroup.
 
 If podman cannot start the container, ``start-failed`` in the working directory holds podman's
-exit code, and podman's error is on the task's stderr.
+exit code, podman's error is on the task's stderr, and the container (created, perhaps never
+started) is removed. Every way out of this shim but SIGKILL removes the container; after a
+SIGKILL the agent does (``ContainerRuntime.cleanup``), or the keeper if the agent is gone.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def main(argv: list[str]) -> int:
     if started.returncode != 0:
         with open(START_FAILED, "w") as handle:
             handle.write(str(started.returncode))
+        _remove(podman, name)  # `podman run` may have created it before it failed
         return started.returncode
     started_ok = True
     if asked:
@@ -67,13 +70,17 @@ def main(argv: list[str]) -> int:
     except (ValueError, IndexError):
         sys.stderr.write(f"shoal: podman wait {name} failed: {waited.stderr.strip()}\n")
         code = 125
+    _remove(podman, name)
+    return code
+
+
+def _remove(podman: str, name: str) -> None:
     subprocess.run(
         [podman, "rm", "--force", "--ignore", "--time", "0", name],
         check=False,
         stdin=subprocess.DEVNULL,
         capture_output=True,
     )
-    return code
 
 
 def _forward(podman: str, name: str, signo: int) -> None:
