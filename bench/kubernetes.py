@@ -31,12 +31,12 @@ cluster's, so jobs queue. One role (shoal) / one Indexed Job with parallelism = 
 **Each system in turn** (its own namespace; the order of the table), the queue filled first and
 then opened at once:
 
-- **shoal**: server and ``shoal kubernetes agent`` (``--no-logs``) on the cluster; every node is
-  cordoned in shoal, the jobs go to a virtual cluster guaranteed every GPU and wait for a node;
-  the opening uncordons the 1,000 nodes (16 requests at a time, about a second). shoal places
-  each gang whole and creates its Pods bound to nodes. (A virtual cluster with no guarantee and
-  no borrowing, the hold of earlier runs, now refuses the jobs at submission: they could never
-  run there.)
+- **shoal**: server and ``shoal kubernetes agent`` (``--no-logs``) on the cluster. With every node
+  cordoned in shoal, the jobs go to a virtual cluster guaranteed every GPU; the guarantee is
+  then set to 0 (the waiting jobs are out of its reach, marked infeasible but kept) and the
+  nodes uncordoned; the opening sets the guarantee to every GPU again, one request. shoal places
+  each gang whole and creates its Pods bound to nodes. (Submitting to a virtual cluster with no
+  guarantee, the hold of earlier runs, is refused now: such jobs could never run there.)
 - **kube-scheduler** alone: the Jobs are created unsuspended before kube-scheduler starts, and
   their Pods (created by the Job controller) wait; starting it opens the queue. Its
   ``NodeResourcesFit`` scores ``MostAllocated`` on ``nvidia.com/gpu`` (packing, as GPU clusters
@@ -855,7 +855,7 @@ def run_shoal(run: Run, root: Path) -> dict[str, Any]:
         names = [n["name"] for n in admin.nodes()]
         node_actions(info.url, token, names, "cordon")  # the queue fills, nothing is placed
         guarantee = {"guarantee_gpu": run.total_gpus, "borrow_gpu": 0, "members": []}
-        admin.save_vc("bench", guarantee, create=True)
+        admin.save_vc("bench", guarantee, create=True)  # open, so the jobs are taken
         local = threading.local()
 
         def submit(gang: Gang) -> tuple[str, str]:
@@ -874,7 +874,10 @@ def run_shoal(run: Run, root: Path) -> dict[str, Any]:
         run.log(f"  {len(ids)} jobs submitted in {submit_s:.1f} s")
         watch.start()
         watch.synced.wait(60)
-        time.sleep(2)  # the scheduler has seen them all (they wait for a node)
+        # closed: the jobs stay queued, out of its reach, and the nodes are opened again
+        admin.patch_vc("bench", {"guarantee_gpu": 0})
+        node_actions(info.url, token, names, "uncordon")
+        time.sleep(5)  # the scheduler has seen them all and the uncordons (the jobs wait)
         waiting = admin.jobs(states=["WAITING"], limit=10000, all_users=True)
         run.log(f"  {len(waiting)} waiting before the opening")
         pids = {"shoal server": info.server_pid, "shoal agent": info.agent_pid}
@@ -885,7 +888,7 @@ def run_shoal(run: Run, root: Path) -> dict[str, Any]:
         cpu.start()
         sampler.start()
         opened = time.time()
-        node_actions(info.url, token, names, "uncordon")
+        admin.patch_vc("bench", {"guarantee_gpu": run.total_gpus})  # one request, as Kueue's
         total = sum(g.pods for g in run.gangs)
         closed = wait_window(run, opened, lambda: len(pods.running) >= total)
         used = cpu.stop()
