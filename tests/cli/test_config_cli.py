@@ -84,6 +84,32 @@ def test_contexts_crud_file_mode_and_masking(where: tuple[Path, Path], tmp_path:
     assert code == 1 and "no current context" in out
 
 
+def test_set_context_says_which_file_it_wrote_and_which_context_is_current(
+    where: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, config = where
+    code, out = shoal("config", "set-context", "lab", "--server", "https://198.18.30.1:8476")
+    assert code == 0 and f"context lab created in {config}: https://198.18.30.1:8476" in out
+    assert "no current context is set: `shoal config use-context lab` (or --use) sets it" in out
+    code, out = shoal("config", "set-context", "rack", "--server", "https://198.18.31.1:8476",
+                      "--use")  # fmt: skip
+    assert code == 0 and f"context rack created in {config}" in out
+    assert "rack is now the current context" in out and "(was" not in out
+    code, out = shoal("config", "set-context", "lab", "--use")
+    assert f"context lab updated in {config}" in out
+    assert "lab is now the current context (was rack)" in out
+    code, out = shoal("config", "set-context", "lab", "--use")
+    assert "lab is still the current context" in out
+    code, out = shoal("config", "set-context", "rack", "--token", "shoal_x")
+    assert "the current context is still lab: `shoal config use-context rack` switches" in out
+    code, out = shoal("config", "set-context", "lab", "--token", "shoal_y")
+    assert "lab is the current context" in out and "note:" not in out
+    monkeypatch.setenv("SHOAL_URL", "http://198.18.32.1:8476")
+    code, out = shoal("config", "set-context", "lab", "--use")
+    assert "note: $SHOAL_URL is set (http://198.18.32.1:8476): commands use it" in out
+    assert shoal("config", "current-context") == (0, "lab\n")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -115,16 +115,43 @@ def set_context(
         str(ca.expanduser().resolve()) if ca is not None else (old.ca if old else None),
     )
     config.contexts[name] = new
+    was_current = config.current
     if use:
         config.current = name
     config.save()
     verb = "created" if old is None else "updated"
     console.print(
-        f"context {name} {verb}: {new.server}, token {_token_text(new)}"
-        + (f", CA {new.ca}" if new.ca else "")
-        + ("; it is now the current context" if use else ""),
+        f"context {name} {verb} in {config.path}: {new.server}, token {_token_text(new)}"
+        + (f", CA {new.ca}" if new.ca else ""),
         markup=False,
     )
+    console.print(_current_text(name, use, was_current), markup=False)
+    _note_overrides()
+
+
+def _current_text(name: str, use: bool, was: str | None) -> str:
+    """Whether ``name`` is the current context after `set-context` (``was``: the one before)."""
+    if use and was == name:
+        return f"{name} is still the current context"
+    if use:
+        return f"{name} is now the current context" + (f" (was {was})" if was else "")
+    if was == name:
+        return f"{name} is the current context"
+    if was is None:
+        return f"no current context is set: `shoal config use-context {name}` (or --use) sets it"
+    return f"the current context is still {was}: `shoal config use-context {name}` switches"
+
+
+def _note_overrides() -> None:
+    """The current context is not what commands use when the environment names another."""
+    for key in ("SHOAL_CONTEXT", "SHOAL_URL"):
+        if os.environ.get(key):
+            err_console.print(
+                f"note: ${key} is set ({os.environ[key]}): commands use it, not the current "
+                "context",
+                markup=False,
+            )
+            return
 
 
 @config_app.command("use-context")
