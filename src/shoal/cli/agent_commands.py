@@ -181,3 +181,26 @@ def run(
     running.stop(grace)
     if running.refusal is not None:
         raise fail(running.refusal, code=2)
+
+
+@agent_app.command("install-service")
+def install_service(
+    home: Path = HOME_OPTION,
+    grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        help="Write the unit here (a file, or a directory for shoal-agent.service) instead of "
+        "/etc/systemd/system.",
+    ),
+    print_unit: bool = typer.Option(False, "--print", help="Print the unit; write nothing."),
+) -> None:
+    """Write a systemd unit that runs `shoal agent run` on this home (this Python's
+    `python -m shoal`, Restart=on-failure, tasks kept if the agent dies), and print the
+    systemctl line that starts it."""
+    from shoal.cli.service_units import agent_unit, install, note
+
+    home = home.expanduser().resolve()
+    if not (home / "identity" / "identity.json").exists():
+        note(f"{home} holds no node identity yet: run `shoal agent join ... --home {home}` first")
+    install(agent_unit(home, grace), output, print_unit, "agent")

@@ -279,3 +279,33 @@ def start(
     finally:
         if child is not None:
             child.stop()
+
+
+@server_app.command("install-service")
+def install_service(
+    home: Path = HOME_OPTION,
+    host: str = typer.Option(..., "--host", help="Address to listen on, as for `start`."),
+    port: int = typer.Option(
+        DEFAULT_PORT, "--port", min=1, max=65535, help=f"Port to listen on ({DEFAULT_PORT})."
+    ),
+    kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s)."),
+    node_timeout: float = typer.Option(
+        30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        help="Write the unit here (a file, or a directory for shoal-server.service) instead "
+        "of /etc/systemd/system.",
+    ),
+    print_unit: bool = typer.Option(False, "--print", help="Print the unit; write nothing."),
+) -> None:
+    """Write a systemd unit that runs `shoal server start` with these options (this Python's
+    `python -m shoal`, Restart=on-failure), and print the systemctl line that starts it."""
+    from shoal.cli.service_units import install, note, server_unit
+
+    home = (home or default_home()).expanduser().resolve()
+    if not (home / "pki" / "ca.crt").exists():
+        note(f"{home} has no CA yet: run `shoal server init --home {home} --host {host}` first")
+    unit = server_unit(home, host, port, node_timeout, kill_grace)
+    install(unit, output, print_unit, "server")
