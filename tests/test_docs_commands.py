@@ -35,6 +35,9 @@ FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 INLINE = re.compile(r"(?<!`)`((?:[\w.$()/-]*/)?shoal [^`]+)`(?!`)")  # `.venv/bin/shoal status`
 PLACEHOLDER = re.compile(r"<[^<>\n]+>")
 BOX_DRAWING = re.compile("[\u2500-\u257f]")
+# Commands that run the command after them (their own options written `--name=value`): `sudo
+# shoal up`, `nsenter --net=/run/netns/lab-h1 shoal server start ...` (docs/cluster.md's hosts).
+WRAPPERS = ("sudo", "exec", "nsenter")
 SEPARATORS = {";", "&&", "||", "|", "(", ")", "$(", "&", ">", ">>", "<", "2>", "2>&1"}
 COMMAND = typer.main.get_command(app)
 
@@ -110,10 +113,11 @@ def _after_shoal(segment: list[str]) -> list[str] | None:
         if token == "shoal" or token.endswith("/shoal"):
             before = segment[:i]
             run_as_module = before[-2:] == ["-m", "shoal"] or before[-1:] == ["-m"]
-            if all("=" in t for t in before) or run_as_module or before in (["sudo"], ["exec"]):
+            wrapped = bool(before) and all(t in WRAPPERS or t.startswith("--") for t in before)
+            if all("=" in t for t in before) or run_as_module or wrapped:
                 return segment[i + 1 :]
             return None
-        launcher = token in ("sudo", "exec", "python", "python3", "-m") or token.endswith(
+        launcher = token in ("python", "python3", "-m", *WRAPPERS) or token.endswith(
             ("/python", "/python3")
         )
         if "=" not in token and not launcher:
@@ -228,6 +232,12 @@ def test_every_inline_shoal_command_exists_with_its_options() -> None:
         (".venv/bin/shoal down && echo shoal", [["down"]]),
         ("pip install 'shoal[cluster]'", []),
         ("python -m shoal up", [["up"]]),
+        (
+            "nsenter --net=/run/netns/lab-h2 shoal agent run --home /tmp/lab/n1 > n1.log 2>&1 &",
+            [["agent", "run", "--home", "/tmp/lab/n1"]],
+        ),
+        ("sudo nsenter --net=/run/netns/h shoal up", [["up"]]),
+        ("ip netns exec lab-h1 shoal up", []),
     ],
 )
 def test_shell_lines_are_read_as_the_shell_would(line: str, expected: list[list[str]]) -> None:
