@@ -257,6 +257,7 @@ class KubernetesAgent:
             if not (self.nodes.synced.is_set() and self.pods.synced.is_set()):
                 self.stopping.wait(0.1)
                 continue
+            began = time.monotonic()
             try:
                 self._report()
                 self.synced.set()
@@ -264,9 +265,12 @@ class KubernetesAgent:
                 log.warning("report to %s failed: %s", self.connection.server, exc)
                 self.stopping.wait(RETRY_S)
                 continue
+            took = time.monotonic() - began
             self.report_now.wait(HEARTBEAT_S)
             self.report_now.clear()
-            self.stopping.wait(REPORT_GAP_S)
+            # events come faster than a report of a thousand nodes is made and applied: gather
+            # them for a while, so reports take at most a third of the time (of both sides)
+            self.stopping.wait(min(max(REPORT_GAP_S, 2 * took), HEARTBEAT_S))
 
     def _report(self) -> None:
         request = self.report_request()

@@ -46,7 +46,7 @@ _NAMED = select(Task.id, Task.attempt, Task.state, Task.launch_acked, Task.node,
     )
 )
 _AGENT_NODES = select(Node.name).where(Node.agent_id == bindparam("agent"))
-_AGENT_READY_NODES = select(Node).where(
+_AGENT_READY_NODES = select(Node.name).where(
     Node.agent_id == bindparam("agent"), Node.state == Liveness.READY.value
 )
 _NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
@@ -102,11 +102,9 @@ def left_the_cluster(session: Session, request: ReportRequest) -> list[Node]:
     if request.fencing != "confirmed":
         return []
     listed = {n.name for n in request.nodes}
-    return [
-        node
-        for node in session.scalars(_AGENT_READY_NODES, {"agent": request.agent_id})
-        if node.name not in listed
-    ]
+    ready = session.scalars(_AGENT_READY_NODES, {"agent": request.agent_id})
+    gone = [name for name in ready if name not in listed]
+    return list(session.scalars(_NODES, {"nodes": gone})) if gone else []
 
 
 def vanished(named: dict[str, Any], request: ReportRequest, nodes: set[str]) -> list[Any]:
@@ -168,8 +166,12 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
         changed = False
         ended: set[str] = set()  # nodes where a task ended
         refresh_s = ctx.settings.heartbeat_write_s / 2
+        # every reported node in one query: each _upsert_node's get is then found in the session
+        # (a Kubernetes agent reports a thousand nodes; one query each was most of a report)
+        held = session.scalars(_NODES, {"nodes": [n.name for n in request.nodes]}).all()
         for node in request.nodes:
             changed |= _upsert_node(session, request, node, now, refresh_s)
+        del held  # (held until here: the session keeps only weak references)
         for gone in left_the_cluster(session, request):
             change_node(session, gone, NodeEvent.PLATFORM_NOT_READY, now, why=NOT_LISTED)
             changed = True
