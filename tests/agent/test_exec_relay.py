@@ -11,6 +11,7 @@ import queue
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +94,16 @@ def runner(tmp_path: Path) -> Iterator[Runner]:
     running.stop_all(2.0)
 
 
-def start(relays: ExecRelays, argv: list[str], tty: bool = False, session: str = "s1") -> None:
+def unique(name: str) -> str:
+    """A session id no other test's session has: a session ends (SIGHUP) every process on the
+    machine that carries its id, and the other xdist worker may run an exec test meanwhile."""
+    return f"{name}-{uuid.uuid4().hex[:12]}"
+
+
+def start(relays: ExecRelays, argv: list[str], tty: bool = False, session: str = "") -> str:
+    session = session or unique("s1")
     relays.start(ExecOrder(session_id=session, attempt_id="1.1", argv=argv, tty=tty))
+    return session
 
 
 def gone(pid: int) -> bool:
@@ -115,10 +124,12 @@ def test_a_command_runs_in_the_tasks_environment_with_stdin_eof_and_its_exit_cod
     server: FakeServer, runner: Runner
 ) -> None:
     relays = ExecRelays(runner, server.connection)
-    start(relays, ["sh", "-c", 'echo "$SHOAL_TASK_ROLE $(pwd)"; cat; echo oops >&2; exit 3'])
+    session = start(
+        relays, ["sh", "-c", 'echo "$SHOAL_TASK_ROLE $(pwd)"; cat; echo oops >&2; exit 3']
+    )
     agent = server.next()
     assert agent.ws.request is not None
-    assert agent.ws.request.path == exec_path("s1")
+    assert agent.ws.request.path == exec_path(session)
     assert agent.ws.request.headers["Authorization"] == "Bearer agent-token"
     assert agent.ws.request.headers[PROTOCOL_HEADER] == "2"
     agent.ws.send(json.dumps({"type": "attached"}))
@@ -151,7 +162,9 @@ def test_nothing_runs_until_the_server_says_attached(
 def test_a_terminal_has_job_control_and_follows_resizes(server: FakeServer, runner: Runner) -> None:
     relays = ExecRelays(runner, server.connection)
     relays.start(
-        ExecOrder(session_id="s1", attempt_id="1.1", argv=["sh"], tty=True, cols=100, rows=30)
+        ExecOrder(
+            session_id=unique("s1"), attempt_id="1.1", argv=["sh"], tty=True, cols=100, rows=30
+        )
     )
     agent = server.next()
     agent.ws.send(json.dumps({"type": "attached"}))
@@ -200,7 +213,7 @@ def test_a_task_that_does_not_run_here_is_refused_with_the_reason(
     server: FakeServer, runner: Runner
 ) -> None:
     relays = ExecRelays(runner, server.connection)
-    relays.start(ExecOrder(session_id="s2", attempt_id="9.1", argv=["sh"]))
+    relays.start(ExecOrder(session_id=unique("s2"), attempt_id="9.1", argv=["sh"]))
     agent = server.next()
     agent.ws.send(json.dumps({"type": "attached"}))
     _, _, error = agent.frames()

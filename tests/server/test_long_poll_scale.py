@@ -23,7 +23,11 @@ from shoal.server.context import ServerContext
 from shoal.server.settings import ServerSettings
 
 AGENTS = 200
-WAIT_S = 15.0  # the polls' wait: longer than the API calls' bound, so a stall shows as a timeout
+# the polls' wait: longer than the API calls' bound, so a stall shows as a timeout, and longer than
+# parking all of them may take on two busy cores (it took over 15 s under a full test run), so
+# none has answered and gone before the last one parks
+WAIT_S = 30.0  # the most the protocol allows
+PARK_S = WAIT_S - 5
 API_BOUND_S = 10.0  # generous: "answers at all", not a performance figure
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    resources: {{cpu: 1}}\n    command: echo hi\n"
 
@@ -89,7 +93,7 @@ async def answers(api: httpx.AsyncClient) -> None:
 
 
 async def until_parked(ctx: ServerContext, count: int) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + PARK_S
     while ctx.agent_work.waiting() < count:
         assert time.monotonic() < deadline, f"only {ctx.agent_work.waiting()} polls are waiting"
         await asyncio.sleep(0.05)
