@@ -144,17 +144,23 @@ def _next_steps(home: Path, host: str, ca_hash: str) -> None:
         console.print(f"  {line}", markup=False, highlight=False)
 
 
+# shared by `start` and `install-service`, whose unit passes them on to `start`
+PORT_OPTION = typer.Option(
+    DEFAULT_PORT, "--port", min=1, max=65535, help=f"Port to listen on ({DEFAULT_PORT})."
+)
+KILL_GRACE_OPTION = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s).")
+NODE_TIMEOUT_OPTION = typer.Option(
+    30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."
+)
+
+
 @server_app.command("start")
 def start(
     home: Path = HOME_OPTION,
     host: str = typer.Option(..., "--host", help="Address to listen on (0.0.0.0: all)."),
-    port: int = typer.Option(
-        DEFAULT_PORT, "--port", min=1, max=65535, help=f"Port to listen on ({DEFAULT_PORT})."
-    ),
-    kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s)."),
-    node_timeout: float = typer.Option(
-        30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."
-    ),
+    port: int = PORT_OPTION,
+    kill_grace: float = KILL_GRACE_OPTION,
+    node_timeout: float = NODE_TIMEOUT_OPTION,
     scheduler: SchedulerPlace = SCHEDULER_OPTION,
     default_runtime: RuntimeChoice = typer.Option(
         RuntimeChoice.PROCESS,
@@ -285,13 +291,9 @@ def start(
 def install_service(
     home: Path = HOME_OPTION,
     host: str = typer.Option(..., "--host", help="Address to listen on, as for `start`."),
-    port: int = typer.Option(
-        DEFAULT_PORT, "--port", min=1, max=65535, help=f"Port to listen on ({DEFAULT_PORT})."
-    ),
-    kill_grace: float = typer.Option(10.0, "--kill-grace", min=0, help="SIGTERM→SIGKILL (s)."),
-    node_timeout: float = typer.Option(
-        30.0, "--node-timeout", min=0.5, help="Seconds without heartbeat before NOT_READY."
-    ),
+    port: int = PORT_OPTION,
+    kill_grace: float = KILL_GRACE_OPTION,
+    node_timeout: float = NODE_TIMEOUT_OPTION,
     output: Path | None = typer.Option(
         None,
         "--output",
