@@ -479,3 +479,21 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
         params = {"force": "true"} if force else {}
         result: dict[str, Any] = self._call("DELETE", f"/api/v1/nodes/{name}", params=params)
         return result
+
+    # ---- the cluster's CA (a server on the network; docs/cluster.md, "Rotating the CA") ----
+
+    def ca_status(self) -> dict[str, Any]:
+        """The CA, the staged one during a rotation, and each node's (admins)."""
+        result: dict[str, Any] = self._call("GET", "/api/v1/admin/ca")
+        return result
+
+    def rotate_ca(self) -> dict[str, Any]:
+        """Stage a new CA: both are trusted, nodes renew onto it (admins)."""
+        result: dict[str, Any] = self._call("POST", "/api/v1/admin/ca/rotate")
+        return result
+
+    def finish_ca_rotation(self, force: bool = False) -> dict[str, Any]:
+        """Drop the old CA (admins); 409 while nodes are on it, unless ``force``."""
+        params = {"force": "true"} if force else {}
+        result: dict[str, Any] = self._call("POST", "/api/v1/admin/ca/finish", params=params)
+        return result

@@ -22,6 +22,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import NameOID
 
 TOKEN_PREFIX = "shoaljoin1"
@@ -81,11 +82,7 @@ def secret_hash(secret: str) -> str:
 
 def ca_public_key_hash(ca_pem: bytes) -> str:
     """Hex SHA-256 of the CA certificate's SubjectPublicKeyInfo (DER), kubeadm's pin."""
-    certificate = x509.load_pem_x509_certificate(ca_pem)
-    spki = certificate.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return hashlib.sha256(spki).hexdigest()
+    return public_key_sha256(x509.load_pem_x509_certificate(ca_pem).public_key())
 
 
 def new_private_key() -> ec.EllipticCurvePrivateKey:
@@ -129,3 +126,64 @@ def write_private(path: Path, data: bytes) -> None:
         handle.write(data)
     os.chmod(temp, 0o600)
     os.replace(temp, path)
+
+
+# ---- renewal (docs/cluster.md, "Certificate renewal and CA rotation") ----
+
+# A node renews its certificate once this share of its lifetime has passed (kubelet's certificate
+# rotation renews at 70-90 %): a third of the lifetime is left to retry in if the server is away.
+RENEW_FRACTION = 2 / 3
+
+
+def public_key_sha256(public_key: PublicKeyTypes) -> str:
+    """Hex SHA-256 of a public key's SubjectPublicKeyInfo (DER): the same key, the same hash,
+    whatever certificate or request carries it (for a CA's certificate, the join token's pin)."""
+    spki = public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return hashlib.sha256(spki).hexdigest()
+
+
+def load_private_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError("not an EC private key")
+    return key
+
+
+def load_certificates(pem: bytes | str) -> list[x509.Certificate]:
+    """Every certificate of a PEM bundle (a trust bundle holds two while the CA rotates)."""
+    data = pem.encode() if isinstance(pem, str) else pem
+    return x509.load_pem_x509_certificates(data)
+
+
+def certificate_validity(pem: bytes | str) -> tuple[float, float]:
+    """(not before, not after) of the first certificate in ``pem``, as Unix times."""
+    certificate = load_certificates(pem)[0]
+    return (
+        certificate.not_valid_before_utc.timestamp(),
+        certificate.not_valid_after_utc.timestamp(),
+    )
+
+
+def renewal_time(not_before: float, not_after: float, fraction: float = RENEW_FRACTION) -> float:
+    """When a certificate valid from ``not_before`` to ``not_after`` is due for renewal: after
+    ``fraction`` (0 < fraction < 1) of its lifetime."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"the renewal fraction must be between 0 and 1, got {fraction:g}")
+    return not_before + fraction * (not_after - not_before)
+
+
+def key_matches(key_pem: bytes, cert_pem: bytes) -> bool:
+    """Whether the private key is the one the (first) certificate certifies."""
+    try:
+        key = load_private_key(key_pem)
+        certificate = load_certificates(cert_pem)[0]
+    except (ValueError, IndexError):
+        return False
+    return public_key_sha256(key.public_key()) == public_key_sha256(certificate.public_key())
+
+
+def csr_public_key_sha256(csr_pem: str) -> str:
+    """The hash of the public key a certificate signing request asks to certify."""
+    return public_key_sha256(x509.load_pem_x509_csr(csr_pem.encode()).public_key())

@@ -90,8 +90,40 @@ class JoinRequest(BaseModel):
 class JoinResponse(BaseModel):
     node: str
     certificate: str = Field(description="The node's client certificate, PEM, signed by the CA.")
-    ca: str = Field(description="The cluster's CA certificate, PEM.")
+    ca: str = Field(
+        description="The CA certificates to trust, PEM: the cluster's CA (and, while the CA "
+        "rotates, the next one after it)."
+    )
     expires_at: float
+
+
+# ---- certificate renewal (docs/cluster.md, "Certificate renewal and CA rotation") ----
+
+
+class RenewalRequest(BaseModel):
+    """Sent over mutual TLS with the node's current certificate, which must be its newest."""
+
+    csr: str = Field(
+        description="PEM certificate signing request for a new key made on the node; CN = the "
+        "node's name."
+    )
+
+
+class RenewalResponse(JoinResponse):
+    """The renewed certificate (same node, new key and serial) and the CAs to trust now."""
+
+
+class CertificateStatus(BaseModel):
+    """What the server asks of the certificate the agent presented."""
+
+    renew: bool = Field(
+        description="Renew now, whatever its age: a CA rotation is under way and another CA "
+        "signed it."
+    )
+    reason: str | None = None
+    signing_ca: str = Field(
+        description="SHA-256 of the public key of the CA that signs node certificates now."
+    )
 
 
 # ---- the agent's report (also its registration: the first report is its join) ----

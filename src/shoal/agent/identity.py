@@ -11,11 +11,17 @@ Two kinds of connection:
 key against the one the join token carries (refusing loudly on a mismatch), makes a key that never
 leaves this machine, and sends a certificate signing request over TLS verified against that CA.
 The identity it writes is all ``shoal agent run`` needs; the join token is never needed again.
+
+Renewal (``shoal.agent.renewal``) replaces the key and certificate in place: the new key is
+written to ``node.key.next`` before it is asked for, the answer's certificate to ``node.crt.next``,
+then each is renamed over the current one. ``settle`` (run by ``Identity.load``) completes a swap
+that a crash cut short, so the pair on disk always matches.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import ssl
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +29,14 @@ from typing import Any
 
 import httpx
 
-from shoal.pki import JoinToken, ca_public_key_hash, key_pem, new_private_key, node_csr
+from shoal.pki import (
+    JoinToken,
+    ca_public_key_hash,
+    key_matches,
+    key_pem,
+    new_private_key,
+    node_csr,
+)
 from shoal.pki import write_private as _write_private
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, JoinRequest, JoinResponse
 
@@ -39,6 +52,9 @@ class Connection:
     server: str
     headers: dict[str, str]
     verify: ssl.SSLContext | bool = False  # a context: the CA pinned, the node cert loaded
+    # the joined node whose certificate this connection presents (None: a bearer connection);
+    # the agent renews that certificate and reconnects with the new one
+    identity: Identity | None = None
 
     @classmethod
     def bearer(cls, server: str, token: str) -> Connection:
@@ -49,7 +65,7 @@ class Connection:
         files = identity.files
         context = ssl.create_default_context(cafile=str(files.ca))
         context.load_cert_chain(str(files.cert), str(files.key))
-        return cls(identity.server, _protocol(), context)
+        return cls(identity.server, _protocol(), context, identity)
 
     def httpx_settings(self, timeout: float) -> dict[str, Any]:
         """Keywords for ``httpx.Client``: base URL, headers, and the TLS context (CA pinned,
@@ -86,6 +102,43 @@ class IdentityFiles:
     def settings(self) -> Path:
         return self.directory / "identity.json"
 
+    @property
+    def next_key(self) -> Path:
+        """A renewal's new key, written before it is asked for (kept until the swap)."""
+        return self.directory / "node.key.next"
+
+    @property
+    def next_cert(self) -> Path:
+        """A renewal's new certificate, written before the swap."""
+        return self.directory / "node.crt.next"
+
+    def settle(self) -> None:
+        """Complete a renewal's swap that a crash cut short: a ``node.crt.next`` whose key is
+        ``node.key.next`` (or already ``node.key``) becomes the current pair; one that matches
+        neither is dropped. ``node.key.next`` without a certificate stays: the next renewal asks
+        again with that key (its answer may have been lost)."""
+        if not self.next_cert.exists():
+            return
+        cert = self.next_cert.read_bytes()
+        if self.next_key.exists() and key_matches(self.next_key.read_bytes(), cert):
+            os.replace(self.next_key, self.key)
+        if self.key.exists() and key_matches(self.key.read_bytes(), cert):
+            os.replace(self.next_cert, self.cert)
+        else:
+            self.next_cert.unlink()
+
+    def install(self, certificate: str, ca: str) -> None:
+        """A renewal's answer: the certificate for ``node.key.next`` and the CAs to trust. Each
+        file is written whole (0600, a temporary file renamed over it); the key and certificate
+        are swapped last, key first (``settle`` finishes it after a crash)."""
+        if not key_matches(self.next_key.read_bytes(), certificate.encode()):
+            raise ValueError("the renewed certificate does not certify the key asked for")
+        _write_private(self.next_cert, certificate.encode())
+        _write_private(self.ca, ca.encode())
+        os.replace(self.next_key, self.key)
+        os.replace(self.next_cert, self.cert)
+        _sync_directory(self.directory)
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -113,6 +166,8 @@ class Identity:
     @classmethod
     def load(cls, home: Path) -> Identity:
         files = IdentityFiles(home / IDENTITY_DIR)
+        if files.directory.exists():
+            files.settle()
         if not files.settings.exists():
             raise JoinError(
                 f"no node identity under {home}: join first with `shoal agent join "
@@ -129,6 +184,15 @@ class Identity:
             return cls(home=str(home), **data)
         except (ValueError, TypeError) as exc:
             raise JoinError(f"{files.settings} cannot be read ({exc}); join again") from None
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the renames in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fetch_pinned_ca(server: str, token: JoinToken, timeout: float = 15.0) -> bytes:

@@ -41,6 +41,7 @@ from shoal.agent.identity import Connection
 from shoal.agent.images import ImageStore
 from shoal.agent.journal import boot_clock
 from shoal.agent.metrics import NodeSampler
+from shoal.agent.renewal import CertificateRenewer
 from shoal.agent.resources import NodeSpec, open_nvml
 from shoal.agent.runner import Runner, default_runtimes
 from shoal.agent.shipper import LogShipper
@@ -80,6 +81,9 @@ LOCK_FILE = "agent.lock"  # flock-ed by the agent that owns the home
 # Stale attempts still alive this long after their kill (their grace, then SIGKILL) are logged
 # as an error: orders keep waiting for them.
 STALE_WAIT_S = 60.0
+# After a certificate renewal, the clients of the old certificate are closed this much later
+# (calls under way on them, a long download included, finish first).
+RETIRE_S = 600.0
 
 
 class AgentHomeInUse(RuntimeError):
@@ -103,6 +107,12 @@ class Agent:
         self.shipper = LogShipper(self.runner, self._upload_logs)
         self.metrics = NodeSampler(self.runner.live_usage, open_nvml())  # sent with reports
         self.exec_relays = ExecRelays(self.runner, connection)  # `shoal job exec`, terminals
+        # a joined node's certificate, renewed before it expires (agent/renewal.py)
+        self.renewer = (
+            None
+            if connection.identity is None
+            else CertificateRenewer(connection.identity, self._reconnect)
+        )
         self.report_now = threading.Event()
         self.stopping = threading.Event()
         # Set when the agent must end: the server speaks another protocol version (``refusal``
@@ -129,6 +139,18 @@ class Agent:
             **self.connection.httpx_settings(timeout),
             event_hooks={"response": [self._check_protocol]},
         )
+
+    def _reconnect(self, connection: Connection) -> None:
+        """A renewed certificate: new connections present it; calls under way finish on theirs
+        (the old certificate stays valid until it expires)."""
+        old = (self._file_client, self._report_client, self._order_client)
+        self.connection = self.exec_relays.connection = connection
+        self._file_client = self._client(60.0)
+        self._report_client = self._client(10.0)
+        self._order_client = self._client(ORDER_WAIT_S + 10.0)
+        closer = threading.Timer(RETIRE_S, _close_all, (old,))
+        closer.daemon = True
+        closer.start()
 
     def _check_protocol(self, response: httpx.Response) -> None:
         """Refuse a server of another protocol version: one that says so (426), answers with
@@ -165,6 +187,8 @@ class Agent:
         self._restore_unreported()
         for thread in self._threads:
             thread.start()
+        if self.renewer is not None:
+            self.renewer.start()
 
     def _lock_home(self) -> None:
         """Hold ``HOME/agent.lock`` for this process's life: two agents on one home would both
@@ -200,6 +224,8 @@ class Agent:
         self._save_unreported()
         self.stopping.set()
         self.report_now.set()
+        if self.renewer is not None:
+            self.renewer.stop()
         for thread in self._threads:
             thread.join(timeout=0.5)  # the order taker may sit in a long poll: it is a daemon
 
@@ -410,6 +436,11 @@ class Agent:
                 )
             for chunk in response.iter_bytes(1 << 20):
                 sink(chunk)
+
+
+def _close_all(clients: tuple[httpx.Client, ...]) -> None:
+    for client in clients:
+        client.close()
 
 
 def _message(response: httpx.Response) -> str:

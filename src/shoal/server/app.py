@@ -50,7 +50,7 @@ from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
 from shoal.server.settings import ServerSettings
 from shoal.server.storage import disk_full_answer
-from shoal.server.tls import https_options
+from shoal.server.tls import https_options, serve_live
 from shoal.store.db import Database, sqlite_url
 
 ADMIN_TOKEN_FILE = "admin.token"
@@ -233,8 +233,10 @@ class ShoalServer(uvicorn.Server):
 
 
 def make_server(ctx: ServerContext, log_level: str = "warning") -> ShoalServer:
-    """Plain HTTP in local mode; HTTPS with optional client certificates on the network."""
-    tls = https_options(PkiFiles.of(ctx.settings.home)) if ctx.settings.tls else {}
+    """Plain HTTP in local mode; HTTPS with optional client certificates on the network, its
+    certificate and trusted CAs following a CA rotation (``tls.serve_live``)."""
+    files = PkiFiles.of(ctx.settings.home)
+    tls = https_options(files) if ctx.settings.tls else {}
     config = uvicorn.Config(
         create_app(ctx),
         host=ctx.settings.host,
@@ -244,4 +246,8 @@ def make_server(ctx: ServerContext, log_level: str = "warning") -> ShoalServer:
         timeout_graceful_shutdown=5,
         **tls,
     )
+    if ctx.settings.tls:
+        config.load()  # makes uvicorn's SSL context, which serve_live makes follow HOME/pki
+        assert config.ssl is not None
+        serve_live(config.ssl, files)
     return ShoalServer(config, ctx)

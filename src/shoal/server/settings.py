@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -24,8 +25,34 @@ FENCE_MARGIN_S = 1.0
 MIN_LEASE_S = 3.0
 
 
+# How long a node certificate lasts (docs/cluster.md, "Certificate renewal"): a year, unless
+# $SHOAL_NODE_CERT_LIFETIME_S (seconds) in the server's environment says otherwise (tests issue
+# 20-second certificates to watch them renew).
+NODE_CERT_LIFETIME_ENV = "SHOAL_NODE_CERT_LIFETIME_S"
+NODE_CERT_LIFETIME_S = 365 * 86400.0
+MIN_NODE_CERT_LIFETIME_S = 10.0
+
+
 class FencingError(ValueError):
     """The node timeout leaves no room for a lease (see ``ServerSettings.check_fencing``)."""
+
+
+def node_cert_lifetime_from_env() -> float:
+    """$SHOAL_NODE_CERT_LIFETIME_S, or a year; a value that is not a number of seconds of at
+    least 10 is an error naming the variable."""
+    text = os.environ.get(NODE_CERT_LIFETIME_ENV, "").strip()
+    if not text:
+        return NODE_CERT_LIFETIME_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not MIN_NODE_CERT_LIFETIME_S <= value < float("inf"):
+        raise ValueError(
+            f"${NODE_CERT_LIFETIME_ENV}={text!r}: must be a number of seconds, at least "
+            f"{MIN_NODE_CERT_LIFETIME_S:g} (unset: a year)"
+        )
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +97,8 @@ class ServerSettings:
     kubernetes: bool = False
     kubeconfig: str | None = None  # None: in-cluster config, else $KUBECONFIG or ~/.kube/config
     kubernetes_namespace: str = "default"
+    # How long the node certificates it signs (at join and renewal) last, in seconds.
+    node_cert_lifetime_s: float = field(default_factory=node_cert_lifetime_from_env)
 
     @property
     def heartbeat_write_s(self) -> float:

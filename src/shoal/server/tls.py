@@ -23,17 +23,29 @@ the ASGI TLS spec defines (``client_cert_chain``: PEM strings, leaf first; ``tls
 ``cipher_suite``). Python's ``ssl`` with ``CERT_OPTIONAL`` and the CA loaded aborts the handshake
 of a certificate that fails verification, so a certificate that reaches the app was signed by the
 cluster's CA; whether it still belongs to a node is the app's question (``node_auth``).
+
+Why the context is swapped per connection (``LiveTls``). A CA rotation changes, while the server
+runs, which CAs client certificates may come from (both during the overlap, the new one alone
+after it) and which certificate the server presents (the new CA's after it). An ``SSLContext``
+can gain a CA but never lose one, and uvicorn hands its context to asyncio once, at start. So the
+context uvicorn has gets an ``sni_callback``, which OpenSSL calls early in every handshake (with
+or without a server name), and which gives the connection the context built from ``HOME/pki`` as
+it is now (``SSLObject.context``, documented for choosing the server's certificate; the client's
+certificate is then verified against that context's CAs). ``reload`` builds a new one after a
+rotation step; connections already open keep theirs.
 """
 
 from __future__ import annotations
 
 import ssl
+import threading
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from shoal.server.ca import PkiFiles
+from shoal.server.ca import PkiFiles, settle
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
@@ -97,7 +109,9 @@ def peer_certificate(scope: Scope) -> str | None:
 
 def https_options(files: PkiFiles) -> dict[str, Any]:
     """uvicorn.Config keywords: serve the server certificate, verify client certificates
-    against the CA when sent (optional, for users without one), and pass them to the app."""
+    against the CA when sent (optional, for users without one), and pass them to the app.
+    (``serve_live`` then makes the context follow a CA rotation.)"""
+    settle(files)  # a CA rotation step a crash cut short is completed first
     return {
         "ssl_certfile": str(files.server_cert),
         "ssl_keyfile": str(files.server_key),
@@ -105,3 +119,53 @@ def https_options(files: PkiFiles) -> dict[str, Any]:
         "ssl_cert_reqs": ssl.CERT_OPTIONAL,
         "http": PeerCertH11Protocol,
     }
+
+
+class LiveTls:
+    """The TLS context new connections get: the server's certificate and the trust bundle as
+    ``HOME/pki`` holds them now (see the module doc)."""
+
+    def __init__(self, files: PkiFiles) -> None:
+        self.files = files
+        self.current = self._build()
+
+    def _build(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(self.files.server_cert), str(self.files.server_key))
+        context.load_verify_locations(cadata=self.files.bundle())
+        context.verify_mode = ssl.CERT_OPTIONAL
+        context.set_alpn_protocols(["http/1.1"])
+        return context
+
+    def reload(self) -> None:
+        self.current = self._build()
+
+    def install(self, base: ssl.SSLContext) -> None:
+        """Every handshake on ``base`` (uvicorn's context) continues with ``current``."""
+        base.sni_callback = self._choose
+
+    def _choose(self, connection: ssl.SSLObject, _name: str | None, _base: ssl.SSLContext) -> None:
+        connection.context = self.current
+
+
+_live: dict[Path, LiveTls] = {}
+_live_lock = threading.Lock()
+
+
+def serve_live(base: ssl.SSLContext, files: PkiFiles) -> LiveTls:
+    """Make ``base`` (the context the server listens with) follow ``HOME/pki``; ``reload_live``
+    then applies a CA rotation's steps to new connections."""
+    live = LiveTls(files)
+    live.install(base)
+    with _live_lock:
+        _live[files.directory.resolve()] = live
+    return live
+
+
+def reload_live(files: PkiFiles) -> None:
+    """New connections get the server certificate and trust bundle now on disk (no-op when
+    this process serves no TLS for that home: a test's app without a server)."""
+    with _live_lock:
+        live = _live.get(files.directory.resolve())
+    if live is not None:
+        live.reload()

@@ -116,7 +116,9 @@ class JoinTokenRow(Base):
 
 
 class NodeCertRow(Base):
-    """A client certificate signed for a node at join; ``revoked_at`` set by ``node remove``."""
+    """A client certificate signed for a node at join or at a renewal; ``revoked_at`` set by
+    ``node remove`` (every certificate of the node) and by a CA rotation's finish (those of the
+    old CA). A node's newest unrevoked certificate is its current one: only it may renew."""
 
     __tablename__ = "node_certs"
     __table_args__ = (Index("ix_node_certs_node", "node"),)
@@ -129,6 +131,10 @@ class NodeCertRow(Base):
     issued_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The CA that signed it and the node key it certifies (public-key hashes; migration 0025:
+    # NULL for certificates recorded before it, all signed by the first CA).
+    ca_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    key_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Job(Base):

@@ -1,5 +1,5 @@
 """``/api/v1/agent``: the protocol agents speak (sync, log upload, code, data and image
-downloads).
+downloads, certificate renewal).
 
 Every call must carry the agent's protocol version (``X-Shoal-Protocol``); a missing or different
 one is refused with 426 and a message naming both versions. Every answer carries the server's."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Response
+from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import FileResponse
 
 from shoal.protocol import (
@@ -16,10 +16,13 @@ from shoal.protocol import (
     MISMATCH_STATUS,
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    CertificateStatus,
     LogUploadRequest,
     LogUploadResponse,
     OrdersRequest,
     OrdersResponse,
+    RenewalRequest,
+    RenewalResponse,
     ReportRequest,
     ReportResponse,
     mismatch_message,
@@ -29,8 +32,9 @@ from shoal.server.auth import Principal
 from shoal.server.context import ApiError
 from shoal.server.deps import AgentCaller, Context
 from shoal.server.node_auth import require_job_on_node, require_own
-from shoal.server.services import agent_files, agents, attempt_credentials
+from shoal.server.services import agent_files, agents, attempt_credentials, certificates
 from shoal.server.services.logs import append_chunks
+from shoal.server.tls import peer_certificate
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"])
 OUR_VERSION = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
@@ -127,3 +131,27 @@ def attempt_image(attempt_id: str, sha256: str, ctx: Context, agent: Agent) -> F
         exc.headers.update(OUR_VERSION)
         raise
     return FileResponse(path, media_type="application/x-tar", headers=OUR_VERSION)
+
+
+@router.get("/certificate", response_model=CertificateStatus)
+def certificate_status(request: Request, ctx: Context, agent: Agent) -> CertificateStatus:
+    """Whether the node should renew the certificate it presents now, whatever its age (a CA
+    rotation under way). Node certificates only (409 in local mode)."""
+    try:
+        return certificates.status(ctx, agent, peer_certificate(request.scope))
+    except ApiError as exc:
+        exc.headers.update(OUR_VERSION)
+        raise
+
+
+@router.post("/certificate", response_model=RenewalResponse)
+def renew_certificate(
+    body: RenewalRequest, request: Request, ctx: Context, agent: Agent
+) -> RenewalResponse:
+    """A new certificate for the node, for a new key, authenticated by its current certificate
+    (which must be its newest, unrevoked and unexpired); the answer carries the CAs to trust."""
+    try:
+        return certificates.renew(ctx, agent, peer_certificate(request.scope), body)
+    except ApiError as exc:
+        exc.headers.update(OUR_VERSION)
+        raise

@@ -1,5 +1,7 @@
 """Joining a server on the network: the CA (fetched without trust, pinned by the token), the
-join itself (token + certificate signing request), join tokens, and removing a node."""
+join itself (token + certificate signing request), join tokens, removing a node, and rotating
+the cluster's CA (admins; ``/api/v1/admin/ca``). Renewal is the agent API's
+(``/api/v1/agent/certificate``)."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ from shoal.protocol import (
     mismatch_message,
     parse_version,
 )
+from shoal.server.ca import CaInfo
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.services import joining
+from shoal.server.services import certificates, joining
 from shoal.store.models import JoinTokenRow
 
 router = APIRouter(tags=["join"])
@@ -55,6 +58,58 @@ class NodeRemoved(BaseModel):
         False,
         description="True: the node is cordoned and stays until it is NOT_READY (its tasks are "
         "stopped by fencing, then end as lost); then it is removed.",
+    )
+
+
+class CaOut(BaseModel):
+    sha256: str = Field(description="SHA-256 of its public key (what join tokens pin).")
+    subject: str
+    notAfter: float
+
+
+class NodeCaOut(BaseModel):
+    node: str
+    serial: str = Field(description="Its newest unrevoked certificate.")
+    ca: str = Field(description="Which CA signed it: current, next (a rotation's) or other.")
+    expiresAt: float
+
+
+class CaStatusOut(BaseModel):
+    rotating: bool = Field(description="A new CA is staged: both are trusted until finish.")
+    current: CaOut = Field(description="Signs the server's certificate; join tokens pin it.")
+    next: CaOut | None = Field(None, description="The staged CA: it signs node certificates.")
+    nodes: list[NodeCaOut]
+    pending: list[str] = Field(
+        description="During a rotation, the nodes with no certificate of the new CA yet."
+    )
+    bundle: str = Field(description="The CA certificates to trust now, PEM.")
+    revokedJoinTokens: int = Field(0, description="finish: join tokens revoked (they pinned it).")
+    retired: str | None = Field(
+        None, description="finish: where the server keeps the old CA's certificate."
+    )
+    removedNodes: list[str] = Field(
+        default_factory=list, description="finish --force: the nodes removed (still on the old CA)."
+    )
+
+
+def _ca_out(info: CaInfo) -> CaOut:
+    return CaOut(sha256=info.sha256, subject=info.subject, notAfter=info.not_after)
+
+
+def _ca_status(state: certificates.CaState) -> CaStatusOut:
+    return CaStatusOut(
+        rotating=state.next is not None,
+        current=_ca_out(state.current),
+        next=None if state.next is None else _ca_out(state.next),
+        nodes=[
+            NodeCaOut(node=n.node, serial=n.serial, ca=n.ca, expiresAt=n.expires_at)
+            for n in state.nodes
+        ],
+        pending=state.pending,
+        bundle=state.bundle,
+        revokedJoinTokens=state.revoked_tokens,
+        retired=state.retired,
+        removedNodes=list(state.removed),
     )
 
 
@@ -124,3 +179,30 @@ def remove_node(
     """Revoke the node's certificate and remove it (admins); its agent is refused from then on."""
     removal = joining.remove_node(ctx, caller, name, force)
     return NodeRemoved(name=name, stoppedTasks=removal.tasks, pending=removal.pending)
+
+
+@router.get("/api/v1/admin/ca", response_model=CaStatusOut)
+def ca_status(ctx: Context, caller: Caller) -> CaStatusOut:
+    """The cluster's CA, the staged one during a rotation, and which CA each node's newest
+    certificate is from (admins)."""
+    return _ca_status(certificates.state(ctx, caller))
+
+
+@router.post("/api/v1/admin/ca/rotate", response_model=CaStatusOut)
+def rotate_ca(ctx: Context, caller: Caller) -> CaStatusOut:
+    """Stage a new CA (admins): it signs node certificates from now on, both CAs are trusted,
+    and agents renew onto it. 409 if a rotation is under way."""
+    return _ca_status(certificates.rotate(ctx, caller))
+
+
+@router.post("/api/v1/admin/ca/finish", response_model=CaStatusOut)
+def finish_ca_rotation(
+    ctx: Context,
+    caller: Caller,
+    force: Annotated[
+        bool, Query(description="Remove the nodes still on the old CA (else 409 naming them).")
+    ] = False,
+) -> CaStatusOut:
+    """Drop the old CA (admins): the new one becomes the only CA trusted and signs the server's
+    certificate; the old CA's certificates and the join tokens (they pin it) are revoked."""
+    return _ca_status(certificates.finish(ctx, caller, force))

@@ -1,5 +1,6 @@
 """Joining a server on the network: join tokens, signing a node's certificate at join, and
-removing a node (its certificates revoked).
+removing a node (its certificates revoked). Renewing a node's certificate and rotating the CA:
+``certificates``.
 
 A join token is refused, with its own code, when unknown or its secret is wrong
 (``JoinTokenUnknown``, 401), revoked (``JoinTokenRevoked``), expired (``JoinTokenExpired``) or
@@ -152,7 +153,9 @@ def join(ctx: ServerContext, request: JoinRequest) -> JoinResponse:
                 f"first (`shoal node remove {request.node}`)",
             )
         try:
-            signed = sign_node_csr(files, request.csr, request.node)
+            signed = sign_node_csr(
+                files, request.csr, request.node, ctx.settings.node_cert_lifetime_s
+            )
         except CertificateRequestError as exc:
             raise ApiError(422, "InvalidCertificateRequest", str(exc)) from None
         used = session.connection().execute(  # guarded: two joins racing for the last use
@@ -171,6 +174,8 @@ def join(ctx: ServerContext, request: JoinRequest) -> JoinResponse:
                 labels=dict(request.labels),
                 issued_at=now,
                 expires_at=signed.expires_at,
+                ca_sha256=signed.ca_sha256,
+                key_sha256=signed.key_sha256,
             )
         )
         record_node_event(
@@ -187,7 +192,7 @@ def join(ctx: ServerContext, request: JoinRequest) -> JoinResponse:
     return JoinResponse(
         node=request.node,
         certificate=signed.pem,
-        ca=files.ca_cert.read_text(),
+        ca=files.bundle(),  # both CAs while one rotates: the agent trusts the next one too
         expires_at=signed.expires_at,
     )
 
