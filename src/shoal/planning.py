@@ -19,9 +19,9 @@ from shoal.core.envcontract import (
 from shoal.core.plan import Admission, Plan
 from shoal.core.resources import ResourceVector
 from shoal.core.scheduler import schedule
-from shoal.core.snapshot import ClusterSnapshot, JobRequest, NodeState, RoleRequest
+from shoal.core.snapshot import CONTAINER, ClusterSnapshot, JobRequest, NodeState, RoleRequest
 from shoal.protocol import FIRST_SIMULATED_PORT, PORTS_PER_SIMULATED_NODE
-from shoal.spec.model import JobSpec, TaskRoleSpec
+from shoal.spec.model import JobSpec, Runtime, TaskRoleSpec
 
 
 def role_ports(role: TaskRoleSpec) -> tuple[tuple[str, int], ...]:
@@ -31,9 +31,17 @@ def role_ports(role: TaskRoleSpec) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(ports.items(), key=lambda item: (item[0] != PRIMARY_PORT_LABEL, item[0])))
 
 
+def role_needs(spec: JobSpec) -> frozenset[str]:
+    """What a node must be able to do for the job's tasks, beyond resources: the container
+    runtime for a container job. (A /dev/shm size or a limit a node cannot enforce is not
+    needed: the task runs there without it, and its stderr says so.)"""
+    return frozenset({CONTAINER}) if spec.runtime is Runtime.CONTAINER else frozenset()
+
+
 def job_request(
     spec: JobSpec, job_id: str, submitted_at: float = 0.0, virtual_cluster: str | None = None
 ) -> JobRequest:
+    needs = role_needs(spec)
     roles = tuple(
         RoleRequest(
             name=role.name,
@@ -43,6 +51,7 @@ def job_request(
             ),
             gpu_type=role.resources.gpu_type,
             ports=role_ports(role),
+            needs=needs,
         )
         for role in spec.roles
     )

@@ -40,6 +40,8 @@ def could_fit(nodes: Sequence[NodeState], job: JobRequest, budget: int = 2_000) 
     steps = [0]
 
     def allowed(node: NodeState, role: RoleRequest) -> bool:
+        if not role.can_run_on(node):
+            return False
         if role.per_instance.gpu and role.gpu_type is not None:
             return node.gpu_type == role.gpu_type
         return True
@@ -56,7 +58,7 @@ def could_fit(nodes: Sequence[NodeState], job: JobRequest, budget: int = 2_000) 
         unknown = False
         for i in range(first_node, len(nodes)):
             cap = capacities[i]
-            key = (*cap, hash(nodes[i].gpu_type))
+            key = (*cap, hash(nodes[i].gpu_type), hash(nodes[i].lacks))
             if (
                 key in tried
                 or not allowed(nodes[i], role)

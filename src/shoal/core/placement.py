@@ -4,7 +4,8 @@ The pool is built from a snapshot, changed only through ``place_job`` (which pla
 job or, on the first task that does not fit, undoes its own changes), and thrown away after the
 cycle. Placement is best fit on GPUs: a task goes to the node with the fewest free GPUs that still
 fit it, so whole 8-GPU nodes stay whole for 8-GPU tasks; CPU-only tasks go to nodes with no free
-GPUs first. Ties break by node name, which makes every decision deterministic.
+GPUs first. Ties break by node name, which makes every decision deterministic. A node that lacks
+what a role needs (its GPU type; the container runtime, reported unsupported) is never chosen.
 
 A pool starts from a free-resource state shared with the other pools over the same nodes
 (core/poolstate.py), so building one costs O(nodes), not O(allocations); and a trial placement
@@ -112,6 +113,8 @@ class NodePool:
         need = role.per_instance
         if need.gpu and role.gpu_type is not None and self.nodes[i].gpu_type != role.gpu_type:
             return False
+        if role.needs and not role.can_run_on(self.nodes[i]):
+            return False
         return (
             self.free_cpu[i] >= need.cpu_millis
             and self.free_memory[i] >= need.memory_mib
@@ -121,7 +124,8 @@ class NodePool:
 
     def find_node(self, role: RoleRequest) -> int | None:
         port_count = sum(count for _, count in role.ports)
-        key = (role.per_instance, role.gpu_type if role.per_instance.gpu else None, port_count)
+        gpu_type = role.gpu_type if role.per_instance.gpu else None
+        key = (role.per_instance, gpu_type, port_count, role.needs)
         for free in range(role.per_instance.gpu, self.max_gpus + 1):
             bucket = self.buckets[free]
             if not bucket:
@@ -223,6 +227,8 @@ class NodePool:
         total = 0
         for i in self.active:
             if need.gpu and role.gpu_type is not None and self.nodes[i].gpu_type != role.gpu_type:
+                continue
+            if not role.can_run_on(self.nodes[i]):
                 continue
             limits = [
                 self.free_cpu[i] // need.cpu_millis if need.cpu_millis else 1 << 30,

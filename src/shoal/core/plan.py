@@ -16,6 +16,8 @@ class ReasonCode(StrEnum):
     INSUFFICIENT_MEMORY = "InsufficientMemory"
     INSUFFICIENT_PORTS = "InsufficientPorts"
     GPU_TYPE_UNAVAILABLE = "GPUTypeUnavailable"
+    # the task needs what no schedulable node can do (the container runtime), as reported
+    UNSUPPORTED_BY_NODES = "UnsupportedByNodes"
     GANG_DOES_NOT_FIT = "GangDoesNotFit"
     NO_SCHEDULABLE_NODES = "NoSchedulableNodes"
     NEVER_FITS = "NeverFits"

@@ -12,6 +12,9 @@ from shoal.core.plan import TaskPlacement
 from shoal.core.resources import ResourceVector
 
 DEFAULT_PORT_RANGE = (20000, 30000)
+# What a role may need of its node beyond resources; a node that reported it unsupported (its
+# agent says what it cannot do, and why) gets no task of such a role.
+CONTAINER = "container"  # the container runtime (podman)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +29,13 @@ class NodeState:
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE
     reserved_ports: frozenset[int] = frozenset()
     schedulable: bool = True
+    # What the node cannot do, with why, as its agent reported it: (("container", "podman is
+    # not installed"), ...), sorted. A role that needs one of these is never placed here.
+    unsupported: tuple[tuple[str, str], ...] = ()
+    lacks: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "lacks", frozenset(what for what, _ in self.unsupported))
         if len(self.gpu_indices) != self.capacity.gpu:
             raise ValueError(
                 f"node {self.name}: {self.capacity.gpu} GPUs but indices {self.gpu_indices}"
@@ -45,6 +53,11 @@ class RoleRequest:
     per_instance: ResourceVector
     gpu_type: str | None = None
     ports: tuple[tuple[str, int], ...] = (("http", 1),)
+    needs: frozenset[str] = frozenset()  # e.g. {CONTAINER}: what a node must not lack
+
+    def can_run_on(self, node: NodeState) -> bool:
+        """Whether ``node`` can do all this role needs (resources aside)."""
+        return not self.needs or self.needs.isdisjoint(node.lacks)
 
 
 OPPORTUNISTIC = -1  # priority of `oppo` jobs: idle capacity only, preempted first
@@ -70,7 +83,7 @@ class JobRequest:
         # computed once: asked for many times a cycle
         object.__setattr__(self, "total", total)
         shape = tuple(
-            (r.name, r.instances, r.per_instance, r.gpu_type, r.ports) for r in self.roles
+            (r.name, r.instances, r.per_instance, r.gpu_type, r.ports, r.needs) for r in self.roles
         )
         object.__setattr__(self, "_shape", shape)
 

@@ -28,6 +28,7 @@ _COLUMNS = (
     Node.schedulable,
     Node.state,
     Node.platform_hold,
+    Node.unsupported,
 )
 
 
@@ -43,6 +44,8 @@ def node_state(node: Node | Any) -> NodeState:
         reserved_ports=frozenset(node.busy_ports or ()),  # held by other processes on the host
         # an administrator's hold, liveness, and the platform's own hold (a Kubernetes cordon)
         schedulable=node.schedulable and node.state == "READY" and node.platform_hold is None,
+        # what its agent said it cannot do (a role that needs it is not placed here)
+        unsupported=tuple(sorted((str(k), str(v)) for k, v in (node.unsupported or {}).items())),
     )
 
 

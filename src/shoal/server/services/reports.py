@@ -30,7 +30,7 @@ from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
 from shoal.server.services.node_life import change_node, note_drained, record_node_event
 from shoal.server.services.port_clash import mark_port_clash
-from shoal.store.models import Job, Node, Task
+from shoal.store.models import Job, Node, SchedChange, Task
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 
@@ -391,6 +391,9 @@ def _upsert_node(
         node.labels = dict(report.labels)
     if report.unsupported is not None and dict(node.unsupported or {}) != report.unsupported:
         node.unsupported = dict(report.unsupported)
+        # the scheduler places by it (a container task only where containers run); the nodes
+        # trigger of the change feed does not watch this column, so say it here
+        session.add(SchedChange(kind="node", key=node.name))
     if came_back or went or node.last_seen < now - refresh_s:
         node.last_seen, node.usage = now, dict(report.usage)
     return came_back or went
