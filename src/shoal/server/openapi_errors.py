@@ -53,6 +53,8 @@ _ADMIN_ON_NAME = (400, 403, 404)
 # and by the fuzzer.
 REFUSALS: dict[str, tuple[int, ...]] = {
     "GET /api/v1/agent/attempts/{attempt_id}/code": (*_AGENT, 404),
+    "GET /api/v1/agent/certificate": (*_AGENT, 409),
+    "POST /api/v1/agent/certificate": (*_AGENT, 409),
     "GET /api/v1/agent/attempts/{attempt_id}/data/{sha256}": (*_AGENT, 404),
     "GET /api/v1/agent/attempts/{attempt_id}/image/{sha256}": (*_AGENT, 404),
     "GET /api/v1/agent/code/{job_id}": (*_AGENT, 404),
@@ -71,6 +73,9 @@ REFUSALS: dict[str, tuple[int, ...]] = {
     "GET /api/v1/exec-sessions": (400, 403),
     "GET /api/v1/audit": (403,),
     "GET /api/v1/admin/backup": (403,),
+    "GET /api/v1/admin/ca": (403, 409),
+    "POST /api/v1/admin/ca/finish": (403, 409),
+    "POST /api/v1/admin/ca/rotate": (403, 409),
     "DELETE /api/v1/images/{name}": (400, 403, 404, 409),
     # a name with a newline matches no route (the path convertor stops at it): Starlette's 404
     "PUT /api/v1/images/{name}": (400, 403, 404, 409),
