@@ -60,14 +60,25 @@ $(SDK_STAMP): $(SDK_DIR)/package.json $(SDK_DIR)/package-lock.json
 # The web dashboard (web/: TypeScript, Preact, uPlot, xterm.js, CodeMirror), pinned by its
 # lockfile and built into the Python package, which the server serves at /ui/. Without node or
 # npm it says so: the server then answers /ui/ with how to build it, and the browser tests skip.
+# `npm ci` also installs the dev dependencies the browser tests use from disk (axe-core); it runs
+# again when the lockfile or package.json changes, or when web/node_modules is gone
+# (node_modules/.package-lock.json is written by every install).
 WEB_DIST := src/shoal/server/web/dist/index.html
-WEB_SOURCES := web/package.json web/package-lock.json web/index.html web/vite.config.ts \
-	web/tsconfig.json $(wildcard web/src/*.ts web/src/*.tsx web/src/*.css web/src/pages/*.tsx)
-$(WEB_DIST): $(WEB_SOURCES)
+WEB_MODULES := web/node_modules/.package-lock.json
+WEB_SOURCES := web/index.html web/vite.config.ts web/tsconfig.json \
+	$(wildcard web/src/*.ts web/src/*.tsx web/src/*.css web/src/pages/*.tsx)
+$(WEB_MODULES): web/package.json web/package-lock.json
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
-		echo "building the dashboard (npm ci, vite build)"; \
-		cd web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
-			&& npm run --silent build; \
+		echo "installing the dashboard's packages (npm ci in web/)"; \
+		cd web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "node or npm is missing: the dashboard's packages are not installed (install" \
+			"Node.js with npm, then run make web)"; \
+	fi
+$(WEB_DIST): $(WEB_SOURCES) $(WEB_MODULES)
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		echo "building the dashboard (vite build; scripts and styles also gzipped)"; \
+		cd web && npm run --silent build; \
 	else \
 		echo "node or npm is missing: the dashboard is not built (install Node.js with npm," \
 			"then run make web)"; \

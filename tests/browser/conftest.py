@@ -117,12 +117,15 @@ def open_page(
     browser: object, ui_cluster: LocalCluster, request: pytest.FixtureRequest
 ) -> Iterator[object]:
     """``open_page()`` gives a new watched page in a fresh browser context (its own cookies: a
-    second user). Each is checked and photographed when the test ends."""
+    second user). Each is checked and photographed when the test ends. ``bypass_csp=True``
+    lets a test inject a script of its own (axe-core) past the page's Content-Security-Policy."""
     contexts: list[object] = []
     pages: list[Watched] = []
 
-    def make() -> Watched:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+    def make(bypass_csp: bool = False) -> Watched:
+        context = browser.new_context(
+            viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp
+        )
         contexts.append(context)
         watched = _watch(context, ui_cluster.info.url)
         pages.append(watched)

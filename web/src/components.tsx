@@ -1,7 +1,5 @@
-import type { ComponentChildren } from "preact";
-import { useEffect, useRef } from "preact/hooks";
-import uPlot from "uplot";
-import "uplot/dist/uPlot.min.css";
+import type { ComponentChildren, ComponentType, FunctionComponent } from "preact";
+import { useEffect, useState } from "preact/hooks";
 import { errorText } from "./util";
 
 export function StateBadge({ state }: { state: string }) {
@@ -11,8 +9,33 @@ export function StateBadge({ state }: { state: string }) {
 export function ErrorBanner({ error }: { error: unknown }) {
   if (!error) return null;
   return (
-    <div class="error" role="alert">
+    <div class="notice error" role="alert" data-kind="error">
       {errorText(error)}
+    </div>
+  );
+}
+
+export type NoticeKind = "info" | "success" | "warning" | "error";
+
+/** A message styled by what it is: information (a job stopped by its user), a success, a
+ * warning, or an error (which ``ErrorBanner`` shows for a failed call). */
+export function Notice({
+  kind,
+  children,
+  testid,
+}: {
+  kind: NoticeKind;
+  children: ComponentChildren;
+  testid?: string;
+}) {
+  return (
+    <div
+      class={`notice ${kind}`}
+      role={kind === "error" ? "alert" : "status"}
+      data-kind={kind}
+      data-testid={testid}
+    >
+      {children}
     </div>
   );
 }
@@ -24,7 +47,7 @@ export function Loading({ what }: { what: string }) {
 export function Card({ title, children }: { title: string; children: ComponentChildren }) {
   return (
     <section class="card">
-      <h3>{title}</h3>
+      <h2>{title}</h2>
       {children}
     </section>
   );
@@ -40,58 +63,40 @@ export function Meter({ used, total, label }: { used: number; total: number; lab
   );
 }
 
-export interface Series {
-  label: string;
-  values: (number | null)[];
-  color: string;
-}
-
-/** A time chart (uPlot): ``times`` in epoch seconds, one line per series. */
-export function TimeChart({
-  title,
-  times,
-  series,
-  unit,
-  height = 180,
-}: {
-  title: string;
-  times: number[];
-  series: Series[];
-  unit: string;
-  height?: number;
-}) {
-  const host = useRef<HTMLDivElement>(null);
-  const chart = useRef<uPlot | null>(null);
-  const shape = series.map((s) => s.label).join("|");
-  useEffect(() => {
-    if (!host.current) return undefined;
-    const width = Math.max(280, host.current.clientWidth || 480);
-    chart.current = new uPlot(
-      {
-        title,
-        width,
-        height,
-        scales: { x: { time: true } },
-        axes: [{}, { label: unit, size: 60 }],
-        series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2 }))],
-      },
-      [times, ...series.map((s) => s.values)] as uPlot.AlignedData,
-      host.current,
-    );
-    const resize = () => {
-      if (host.current && chart.current) {
-        chart.current.setSize({ width: Math.max(280, host.current.clientWidth), height });
-      }
-    };
-    window.addEventListener("resize", resize);
-    return () => {
-      window.removeEventListener("resize", resize);
-      chart.current?.destroy();
-      chart.current = null;
-    };
-  }, [shape, title, unit, height]);
-  useEffect(() => {
-    chart.current?.setData([times, ...series.map((s) => s.values)] as uPlot.AlignedData);
-  }, [times, series]);
-  return <div class="chart" ref={host} data-points={times.length} />;
+/** A component whose code is loaded when it is first shown (``import()``: its own chunk, so
+ * pages that do not show it never download it). */
+export function lazy<P extends object>(
+  load: () => Promise<ComponentType<P>>,
+  what: string,
+): FunctionComponent<P> {
+  let loaded: ComponentType<P> | null = null;
+  let loading: Promise<ComponentType<P>> | null = null;
+  return function Lazy(props: P) {
+    const [, setReady] = useState(false);
+    const [error, setError] = useState<unknown>(null);
+    useEffect(() => {
+      if (loaded) return undefined;
+      let live = true;
+      loading ??= load();
+      loading.then(
+        (component) => {
+          loaded = component;
+          if (live) setReady(true);
+        },
+        (err) => {
+          loading = null;
+          if (live) setError(err);
+        },
+      );
+      return () => {
+        live = false;
+      };
+    }, []);
+    if (loaded) {
+      const Loaded = loaded;
+      return <Loaded {...props} />;
+    }
+    if (error) return <ErrorBanner error={`could not load ${what} (${errorText(error)}): reload the page`} />;
+    return <Loading what={what} />;
+  };
 }

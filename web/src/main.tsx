@@ -1,13 +1,12 @@
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { call, closeStream, onSignedOut, onStreamStatus, setCsrf } from "./api";
+import { Submit, TerminalPage } from "./chunks";
 import { Jobs } from "./pages/jobs";
 import { JobPage } from "./pages/job";
 import { Login } from "./pages/login";
 import { NodePage, Nodes } from "./pages/nodes";
 import { Overview } from "./pages/overview";
-import { Submit } from "./pages/submit";
-import { TerminalPage } from "./pages/terminal";
 import { VirtualClusters } from "./pages/vcs";
 import "./style.css";
 import type { Session } from "./types";
@@ -37,7 +36,7 @@ function Page({ session }: { session: Session }) {
   const [page, arg] = parts;
   switch (page) {
     case "jobs":
-      return arg ? <JobPage id={arg} /> : <Jobs session={session} params={params} />;
+      return arg ? <JobPage id={arg} session={session} /> : <Jobs session={session} params={params} />;
     case "submit":
       return <Submit clone={params.get("clone")} />;
     case "nodes":

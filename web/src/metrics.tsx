@@ -1,7 +1,8 @@
 // Charts over time from the server's bounded metrics history (docs/metrics.md): columns as uPlot
 // takes them, `t` and one list per figure with null where there is no figure.
 import { get } from "./api";
-import { ErrorBanner, type Series, TimeChart } from "./components";
+import { type Series, TimeChart } from "./charts";
+import { ErrorBanner } from "./components";
 import { useLoad } from "./util";
 
 type Column = (number | null)[];
@@ -118,7 +119,7 @@ export function NodeCharts({ name }: { name: string }) {
   );
   return (
     <section data-testid="node-charts">
-      <h3>Load</h3>
+      <h2>Load</h2>
       <ErrorBanner error={metrics.error} />
       {metrics.data ? <Charts body={metrics.data} /> : null}
     </section>

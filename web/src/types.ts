@@ -40,7 +40,7 @@ export interface Task {
   node: string;
   address: string;
   gpus: number[];
-  ports: Record<string, number>;
+  ports: Record<string, number[]>;
   attempt: number;
   job_attempt: number;
   exitCode: number | null;
@@ -68,6 +68,14 @@ export interface JobEvent {
   message: string;
 }
 
+export interface JobRef {
+  id: string;
+  user: string;
+  name: string;
+  virtualCluster: string;
+  gpus: number;
+}
+
 export interface PendingDetail {
   id: string;
   state: string;
@@ -77,6 +85,8 @@ export interface PendingDetail {
   position: number | null;
   blockers: string[] | null;
   preempting: string[];
+  blockerDetails?: JobRef[] | null;
+  preemptingDetails?: JobRef[];
 }
 
 export interface LogChunk {
@@ -147,6 +157,27 @@ export interface JobTemplate {
   name: string;
   format: string;
   text: string;
+}
+
+export interface SubmittedJob {
+  id: string;
+  name: string;
+  state: string;
+  warnings: Problem[];
+}
+
+export interface FieldChange {
+  field: string;
+  before: unknown;
+  after: unknown;
+}
+
+export interface ChangeResult {
+  name: string;
+  dryRun: boolean;
+  before: Record<string, unknown>;
+  after: Record<string, unknown>;
+  changes: FieldChange[];
 }
 
 export interface JobCheck {

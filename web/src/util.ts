@@ -120,3 +120,66 @@ export function splitRoute(hash: string): { parts: string[]; params: URLSearchPa
 export function go(path: string): void {
   location.hash = path;
 }
+
+/** The time now in epoch seconds, advancing every ``everyMs`` while ``active``: durations of
+ * running things tick without waiting for the server. */
+export function useNow(active: boolean, everyMs = 1000): number {
+  const [now, setNow] = useState(Date.now() / 1000);
+  useEffect(() => {
+    if (!active) return undefined;
+    setNow(Date.now() / 1000);
+    const timer = window.setInterval(() => setNow(Date.now() / 1000), everyMs);
+    return () => window.clearInterval(timer);
+  }, [active, everyMs]);
+  return active ? now : Date.now() / 1000;
+}
+
+// The exit codes shoal sets itself (OpenPAI's, core/lifecycle.py EXIT_CODES), and signals.
+const EXIT_CODES: Record<number, string> = {
+  [-210]: "stopped on request: by a user, by the job's own end, or by its agent shutting down",
+  [-220]: "timed out: the job's max runtime was reached",
+  [-1001]: "platform failure: it could not launch, or its node or agent was lost",
+  [-1200]: "out of memory: killed by its memory limit",
+  [-7120]: "preempted: its resources were given to another job",
+  [-8000]: "ended without an exit code",
+};
+const SIGNALS: Record<number, string> = {
+  1: "SIGHUP",
+  2: "SIGINT",
+  3: "SIGQUIT",
+  4: "SIGILL",
+  6: "SIGABRT",
+  7: "SIGBUS",
+  8: "SIGFPE",
+  9: "SIGKILL",
+  11: "SIGSEGV",
+  13: "SIGPIPE",
+  14: "SIGALRM",
+  15: "SIGTERM",
+};
+
+/** What an exit code means, in words (empty for none). */
+export function exitMeaning(code: number | null | undefined): string {
+  if (code === null || code === undefined) return "";
+  if (code in EXIT_CODES) return EXIT_CODES[code];
+  if (code === 0) return "success";
+  if (code > 128 && code <= 128 + 64) {
+    const signal = code - 128;
+    return `killed by signal ${signal}${SIGNALS[signal] ? ` (${SIGNALS[signal]})` : ""}`;
+  }
+  if (code < 0) return "set by the platform";
+  return "the command's own exit code (non-zero: it failed)";
+}
+
+// Warnings the server gave when a job was submitted, shown once on the job's page.
+const submitWarnings = new Map<string, { path: string; message: string }[]>();
+
+export function keepSubmitWarnings(job: string, warnings: { path: string; message: string }[]): void {
+  if (warnings.length) submitWarnings.set(job, warnings);
+}
+
+export function takeSubmitWarnings(job: string): { path: string; message: string }[] {
+  const warnings = submitWarnings.get(job) ?? [];
+  submitWarnings.delete(job);
+  return warnings;
+}

@@ -1,48 +1,40 @@
-import { useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, get, post, withQuery } from "../api";
-import { ErrorBanner, Loading, StateBadge } from "../components";
-import type { JobDetail, JobEvent, LogChunk, PendingDetail, Task } from "../types";
-import { FINAL_STATES, clock, duration, errorText, go, mib, num, useLoad } from "../util";
+import { useMemo, useState } from "preact/hooks";
+import { get, post } from "../api";
+import { ErrorBanner, Loading, Notice, type NoticeKind, StateBadge } from "../components";
+import type { JobDetail, JobEvent, Session, Task } from "../types";
+import {
+  FINAL_STATES,
+  clock,
+  duration,
+  errorText,
+  exitMeaning,
+  go,
+  mib,
+  num,
+  takeSubmitWarnings,
+  useLoad,
+  useNow,
+} from "../util";
+import { Logs } from "./logs";
+import { WhyWaiting } from "./why";
 
 function taskKey(task: { role: string; index: number }): string {
   return `${task.role}/${task.index}`;
 }
 
-function WhyWaiting({ job }: { job: JobDetail }) {
-  const why = useLoad(
-    () => get<PendingDetail>(`/api/v1/jobs/${encodeURIComponent(job.id)}/pending-reason`),
-    [job.id, job.state],
-  );
-  if (job.state !== "WAITING") return null;
-  const reason = why.data;
+/** An exit code with its class and what it means ("-210 STOPPED: stopped on request ..."). */
+function ExitCode({ code, exitClass }: { code: number | null; exitClass: string | null }) {
+  if (code === null) return <>{exitClass ?? ""}</>;
   return (
-    <section class="why" data-testid="why-waiting">
-      <h3>Why it is waiting</h3>
-      <ErrorBanner error={why.error} />
-      {reason ? (
-        <>
-          <p>
-            <strong>{reason.code ?? "queued"}</strong>
-            {reason.position ? ` · position ${reason.position} in ${reason.virtualCluster}'s queue` : ""}
-          </p>
-          <p>{reason.message ?? "The scheduler has not looked at it yet."}</p>
-          {reason.blockers && reason.blockers.length ? (
-            <p>
-              Ahead of it:{" "}
-              {reason.blockers.map((b) => (
-                <a href={`#/jobs/${encodeURIComponent(b)}`}>{b} </a>
-              ))}
-            </p>
-          ) : null}
-        </>
-      ) : (
-        <p class="muted">…</p>
-      )}
-    </section>
+    <span class="exit" data-code={code}>
+      <strong>{code}</strong> {exitClass ?? ""}
+      <span class="exit-meaning"> {exitMeaning(code)}</span>
+    </span>
   );
 }
 
 function Tasks({ job, onLogs }: { job: JobDetail; onLogs: (t: Task) => void }) {
+  const now = useNow(job.tasks.some((t) => t.startedAt && !t.finishedAt));
   return (
     <table class="list" data-testid="tasks-table">
       <thead>
@@ -51,14 +43,16 @@ function Tasks({ job, onLogs }: { job: JobDetail; onLogs: (t: Task) => void }) {
           <th>State</th>
           <th>Node</th>
           <th>Address</th>
-          <th>GPUs</th>
+          <th title="The indices of the GPUs the task was given on its node">GPU indices</th>
           <th>Ports</th>
           <th>Try</th>
           <th>Exit</th>
           <th>Ran</th>
           <th>CPU time</th>
           <th>Peak mem</th>
-          <th />
+          <th>
+            <span class="sr-only">Actions</span>
+          </th>
         </tr>
       </thead>
       <tbody>
@@ -70,7 +64,7 @@ function Tasks({ job, onLogs }: { job: JobDetail; onLogs: (t: Task) => void }) {
             </td>
             <td>{task.node ? <a href={`#/nodes/${encodeURIComponent(task.node)}`}>{task.node}</a> : ""}</td>
             <td>{task.address}</td>
-            <td>{task.gpus.join(",")}</td>
+            <td data-testid="gpu-indices">{task.gpus.length ? task.gpus.join(", ") : "none"}</td>
             <td>
               {Object.entries(task.ports)
                 .map(([k, v]) => `${k}=${v}`)
@@ -78,13 +72,9 @@ function Tasks({ job, onLogs }: { job: JobDetail; onLogs: (t: Task) => void }) {
             </td>
             <td>{task.attempt}</td>
             <td title={task.diagnostics}>
-              {task.exitCode ?? ""} {task.exitClass ?? ""}
+              <ExitCode code={task.exitCode} exitClass={task.exitClass} />
             </td>
-            <td>
-              {task.startedAt
-                ? duration((task.finishedAt ?? Date.now() / 1000) - task.startedAt)
-                : ""}
-            </td>
+            <td data-testid="ran">{task.startedAt ? duration((task.finishedAt ?? now) - task.startedAt) : ""}</td>
             <td>{task.usage.cpuSeconds !== undefined ? `${num(task.usage.cpuSeconds)}s` : ""}</td>
             <td>{mib(task.usage.peakMemoryMiB)}</td>
             <td class="actions">
@@ -107,93 +97,18 @@ function Tasks({ job, onLogs }: { job: JobDetail; onLogs: (t: Task) => void }) {
   );
 }
 
-function Logs({ job, task }: { job: JobDetail; task: string }) {
-  const [stream, setStream] = useState<"stdout" | "stderr">("stdout");
-  const [follow, setFollow] = useState(true);
-  const [text, setText] = useState("");
-  const [complete, setComplete] = useState(false);
-  const [error, setError] = useState<unknown>(null);
-  const box = useRef<HTMLPreElement>(null);
-  const [role, index] = task.split("/");
-
-  useEffect(() => {
-    let offset = 0;
-    let stopped = false;
-    let timer: number | undefined;
-    setText("");
-    setComplete(false);
-    const base = `/api/v1/jobs/${encodeURIComponent(job.id)}/logs`;
-    const pull = async () => {
-      try {
-        for (;;) {
-          const chunk = await get<LogChunk>(base, { role, index, stream, offset });
-          if (stopped) return;
-          if (chunk.data) setText((t) => t + chunk.data);
-          offset = chunk.nextOffset;
-          setError(null);
-          if (chunk.complete) {
-            setComplete(true);
-            return;
-          }
-          if (!chunk.data) break;
-        }
-      } catch (err) {
-        if (stopped) return;
-        if (!(err instanceof ApiError && err.code === "NoTaskError")) setError(err);
-      }
-      if (!stopped && follow) timer = window.setTimeout(pull, 1000);
-    };
-    pull();
-    return () => {
-      stopped = true;
-      window.clearTimeout(timer);
-    };
-  }, [job.id, task, stream, follow]);
-
-  useEffect(() => {
-    if (follow && box.current) box.current.scrollTop = box.current.scrollHeight;
-  }, [text, follow]);
-
-  const download = withQuery(`/api/v1/jobs/${encodeURIComponent(job.id)}/logs/download`, {
-    role,
-    index,
-    stream,
-  });
-  return (
-    <section class="logs" data-testid="logs">
-      <div class="logbar">
-        <h3>Logs of {task}</h3>
-        <div class="tabs">
-          {(["stdout", "stderr"] as const).map((s) => (
-            <button class={s === stream ? "tab active" : "tab"} onClick={() => setStream(s)}>
-              {s}
-            </button>
-          ))}
-        </div>
-        <label class="inline">
-          <input
-            type="checkbox"
-            checked={follow}
-            onChange={(e) => setFollow((e.target as HTMLInputElement).checked)}
-          />{" "}
-          follow
-        </label>
-        <a class="button secondary small" href={download} download>
-          Download full log
-        </a>
-        {complete ? <span class="muted">complete</span> : null}
-      </div>
-      <ErrorBanner error={error} />
-      <pre ref={box} class="log" data-testid="log-text">
-        {text || (complete ? "(empty)" : "")}
-      </pre>
-    </section>
-  );
+/** A job's diagnostics are news of any kind: "every task finished ..." is a success, "stopped by
+ * alice" information, a failure's reason an error. */
+function diagnosticsKind(state: string): NoticeKind {
+  if (state === "SUCCEEDED") return "success";
+  if (state === "FAILED") return "error";
+  return "info";
 }
 
-export function JobPage({ id }: { id: string }) {
+export function JobPage({ id, session }: { id: string; session: Session }) {
   const job = useLoad(() => get<JobDetail>(`/api/v1/jobs/${encodeURIComponent(id)}`), [id]);
   const events = useLoad(() => get<JobEvent[]>(`/api/v1/jobs/${encodeURIComponent(id)}/events`), [id]);
+  const warnings = useMemo(() => takeSubmitWarnings(id), [id]);
   const [task, setTask] = useState<string | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
   const [stopping, setStopping] = useState(false);
@@ -201,7 +116,7 @@ export function JobPage({ id }: { id: string }) {
   if (job.error && !job.data) {
     return (
       <div>
-        <h2>Job {id}</h2>
+        <h1>Job {id}</h1>
         <ErrorBanner error={job.error} />
         <a href="#/jobs">All jobs</a>
       </div>
@@ -226,9 +141,9 @@ export function JobPage({ id }: { id: string }) {
   return (
     <div>
       <div class="titlebar">
-        <h2>
+        <h1>
           {detail.name} <span class="muted">{detail.id}</span> <StateBadge state={detail.state} />
-        </h2>
+        </h1>
         <div class="actions">
           {!FINAL_STATES.has(detail.state) && detail.state !== "STOPPING" ? (
             <button class="danger" onClick={stop} disabled={stopping}>
@@ -241,6 +156,18 @@ export function JobPage({ id }: { id: string }) {
         </div>
       </div>
       <ErrorBanner error={actionError} />
+      {warnings.length ? (
+        <Notice kind="warning" testid="submit-warnings">
+          Submitted with {warnings.length === 1 ? "a warning" : `${warnings.length} warnings`}:
+          <ul>
+            {warnings.map((w) => (
+              <li>
+                <strong>{w.path || "(file)"}</strong>: {w.message}
+              </li>
+            ))}
+          </ul>
+        </Notice>
+      ) : null}
       <dl class="facts">
         <dt>User</dt>
         <dd>{detail.user}</dd>
@@ -250,6 +177,8 @@ export function JobPage({ id }: { id: string }) {
         <dd>{detail.priorityClass}</dd>
         <dt>Format</dt>
         <dd>{detail.format}</dd>
+        <dt>GPU count</dt>
+        <dd>{detail.gpus}</dd>
         <dt>Submitted</dt>
         <dd>{clock(detail.submittedAt)}</dd>
         <dt>Started</dt>
@@ -264,22 +193,26 @@ export function JobPage({ id }: { id: string }) {
         {detail.exitCode !== null ? (
           <>
             <dt>Exit</dt>
-            <dd>
-              {detail.exitCode} {detail.exitClass ?? ""}
+            <dd data-testid="job-exit">
+              <ExitCode code={detail.exitCode} exitClass={detail.exitClass} />
             </dd>
           </>
         ) : null}
       </dl>
-      {detail.diagnostics ? <pre class="diagnostics">{detail.diagnostics}</pre> : null}
-      <WhyWaiting job={detail} />
-      <h3>Tasks</h3>
+      {detail.diagnostics ? (
+        <Notice kind={diagnosticsKind(detail.state)} testid="diagnostics">
+          <span class="diagnostics">{detail.diagnostics}</span>
+        </Notice>
+      ) : null}
+      <WhyWaiting job={detail} session={session} />
+      <h2>Tasks</h2>
       {detail.tasks.length ? (
         <Tasks job={detail} onLogs={(t) => setTask(taskKey(t))} />
       ) : (
         <p class="muted">No task has been placed yet.</p>
       )}
       {shown ? <Logs job={detail} task={shown} /> : null}
-      <h3>Timeline</h3>
+      <h2>Timeline</h2>
       <ErrorBanner error={events.error} />
       <ol class="timeline" data-testid="timeline">
         {(events.data ?? []).map((e) => (

@@ -2,7 +2,7 @@ import { useEffect, useState } from "preact/hooks";
 import { call, get } from "../api";
 import { ErrorBanner, Loading, StateBadge } from "../components";
 import type { JobSummary, Session, VirtualCluster } from "../types";
-import { ago, duration, useLoad } from "../util";
+import { ago, duration, useLoad, useNow } from "../util";
 
 const STATES = ["WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED"];
 const PAGE = 25;
@@ -15,9 +15,9 @@ const COLUMNS: [string, string][] = [
   ["submitted", "Submitted"],
 ];
 
-function elapsed(job: JobSummary): string {
+function elapsed(job: JobSummary, now: number): string {
   if (!job.launchedAt) return "";
-  return duration((job.completedAt ?? Date.now() / 1000) - job.launchedAt);
+  return duration((job.completedAt ?? now) - job.launchedAt);
 }
 
 export function Jobs({ session, params }: { session: Session; params: URLSearchParams }) {
@@ -54,6 +54,7 @@ export function Jobs({ session, params }: { session: Session; params: URLSearchP
     return { rows: answer.body, total: Number(answer.headers.get("X-Total-Count") ?? 0) };
   }, [query, state, user, vc, sort, page]);
 
+  const now = useNow(Boolean(jobs.data?.rows.some((j) => j.launchedAt && !j.completedAt)));
   const total = jobs.data?.total ?? 0;
   const pages = Math.max(1, Math.ceil(total / PAGE));
   const sortBy = (key: string) => {
@@ -63,7 +64,7 @@ export function Jobs({ session, params }: { session: Session; params: URLSearchP
 
   return (
     <div>
-      <h2>Jobs</h2>
+      <h1>Jobs</h1>
       <div class="filters">
         <input
           type="search"
@@ -122,13 +123,18 @@ export function Jobs({ session, params }: { session: Session; params: URLSearchP
               <tr>
                 <th>Id</th>
                 {COLUMNS.map(([key, label]) => (
-                  <th class="sortable" onClick={() => sortBy(key)}>
-                    {label}
-                    {sort === key ? " ▲" : sort === `-${key}` ? " ▼" : ""}
+                  <th
+                    class="sortable"
+                    aria-sort={sort === key ? "ascending" : sort === `-${key}` ? "descending" : undefined}
+                  >
+                    <button class="sort" onClick={() => sortBy(key)}>
+                      {label}
+                      {sort === key ? " ▲" : sort === `-${key}` ? " ▼" : ""}
+                    </button>
                   </th>
                 ))}
                 <th>Tasks</th>
-                <th>GPUs</th>
+                <th title="GPUs the job asks for, all its tasks together">GPU count</th>
                 <th>Ran</th>
                 <th>Waiting because</th>
               </tr>
@@ -156,7 +162,7 @@ export function Jobs({ session, params }: { session: Session; params: URLSearchP
                   </td>
                   <td>{job.taskCount}</td>
                   <td>{job.gpus}</td>
-                  <td>{elapsed(job)}</td>
+                  <td data-testid="ran">{elapsed(job, now)}</td>
                   <td class="reason">
                     {job.pending?.code
                       ? `${job.pending.position ? `#${job.pending.position} ` : ""}${job.pending.code}`

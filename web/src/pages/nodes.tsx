@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { get, post } from "../api";
 import { ErrorBanner, Loading, Meter, StateBadge } from "../components";
-import { NodeCharts } from "../metrics";
+import { NodeCharts } from "../chunks";
 import type { NodeOut, Session } from "../types";
 import { ago, clock, mib, num, useLoad } from "../util";
 
@@ -86,7 +86,7 @@ export function Nodes({ session }: { session: Session }) {
   };
   return (
     <div>
-      <h2>Nodes</h2>
+      <h1>Nodes</h1>
       <ErrorBanner error={error ?? nodes.error} />
       {!nodes.data ? (
         <Loading what="nodes" />
@@ -103,7 +103,11 @@ export function Nodes({ session }: { session: Session }) {
               <th>Tasks</th>
               <th>Labels</th>
               <th>Seen</th>
-              {session.admin ? <th /> : null}
+              {session.admin ? (
+                <th>
+                  <span class="sr-only">Actions</span>
+                </th>
+              ) : null}
             </tr>
           </thead>
           <tbody>
@@ -140,7 +144,7 @@ function NodeTasks({ name }: { name: string }) {
   const tasks = useLoad(() => get<NodeTask[]>(`/api/v1/nodes/${encodeURIComponent(name)}/tasks`), [name]);
   return (
     <section>
-      <h3>Tasks on this node</h3>
+      <h2>Tasks on this node</h2>
       <ErrorBanner error={tasks.error} />
       {tasks.data && tasks.data.length === 0 ? <p class="muted">None.</p> : null}
       {tasks.data && tasks.data.length ? (
@@ -153,7 +157,7 @@ function NodeTasks({ name }: { name: string }) {
               <th>State</th>
               <th>CPU</th>
               <th>Memory</th>
-              <th>GPUs</th>
+              <th title="The indices of the GPUs the task was given on this node">GPU indices</th>
               <th>Ports</th>
               <th>Started</th>
             </tr>
@@ -175,7 +179,7 @@ function NodeTasks({ name }: { name: string }) {
                 </td>
                 <td>{num(t.cpu)}</td>
                 <td>{mib(t.memoryMiB)}</td>
-                <td>{t.gpus.join(",")}</td>
+                <td>{t.gpus.length ? t.gpus.join(", ") : "none"}</td>
                 <td>
                   {Object.entries(t.ports)
                     .map(([k, v]) => `${k}=${v.join(",")}`)
@@ -206,7 +210,7 @@ export function NodePage({ name, session }: { name: string; session: Session }) 
   if (nodes.data && !node) {
     return (
       <div>
-        <h2>Node {name}</h2>
+        <h1>Node {name}</h1>
         <ErrorBanner error={`no node ${name}`} />
       </div>
     );
@@ -215,9 +219,9 @@ export function NodePage({ name, session }: { name: string; session: Session }) 
   return (
     <div>
       <div class="titlebar">
-        <h2>
+        <h1>
           {node.name} <StateBadge state={node.state} />
-        </h2>
+        </h1>
         {session.admin ? (
           <Actions
             node={node}
@@ -253,7 +257,7 @@ export function NodePage({ name, session }: { name: string; session: Session }) 
       </dl>
       <NodeCharts name={node.name} />
       <NodeTasks name={node.name} />
-      <h3>Events</h3>
+      <h2>Events</h2>
       <ol class="timeline">
         {(events.data ?? []).map((e) => (
           <li>

@@ -1,6 +1,6 @@
 import { get } from "../api";
 import { Card, ErrorBanner, Loading, Meter } from "../components";
-import { ClusterCharts } from "../metrics";
+import { ClusterCharts } from "../chunks";
 import { mib, num, useLoad } from "../util";
 
 const STATES = ["WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED"];
@@ -52,7 +52,7 @@ export function Overview() {
   const cores = (v: number | null) => num(v);
   return (
     <div>
-      <h2>Cluster</h2>
+      <h1>Cluster</h1>
       <ErrorBanner error={overview.error} />
       {!data ? (
         <Loading what="the cluster" />
@@ -72,7 +72,7 @@ export function Overview() {
               </a>
             </Card>
           </div>
-          <h3>Jobs by state</h3>
+          <h2>Jobs by state</h2>
           <div class="states" data-testid="jobs-by-state">
             {STATES.map((state) => (
               <a class={`count state-${state.toLowerCase()}`} href={`#/jobs?state=${state}`}>
@@ -82,9 +82,9 @@ export function Overview() {
           </div>
         </>
       )}
-      <h3>Use over time</h3>
+      <h2>Use over time</h2>
       <ClusterCharts />
-      <h3>Virtual clusters</h3>
+      <h2>Virtual clusters</h2>
       {data ? (
         <table class="list" data-testid="overview-vcs">
           <thead>

@@ -4,9 +4,9 @@ import { EditorView, basicSetup } from "codemirror";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { parseDocument } from "yaml";
 import { ApiError, get, post } from "../api";
-import { ErrorBanner } from "../components";
-import type { JobCheck, JobTemplate, PlanOut, Problem } from "../types";
-import { go } from "../util";
+import { ErrorBanner, Notice } from "../components";
+import type { JobCheck, JobTemplate, PlanOut, Problem, SubmittedJob } from "../types";
+import { go, keepSubmitWarnings } from "../util";
 
 const FORMATS = ["auto", "native", "pai", "pai-v1", "maro"];
 
@@ -27,7 +27,7 @@ function lineOf(text: string, problem: Problem): number {
   return 1;
 }
 
-function diagnosticsFor(view: EditorView, problems: Problem[]): Diagnostic[] {
+function diagnosticsFor(view: EditorView, problems: Problem[], severity: "error" | "warning"): Diagnostic[] {
   const text = view.state.doc.toString();
   return problems.map((problem) => {
     const number = Math.min(Math.max(1, lineOf(text, problem)), view.state.doc.lines);
@@ -35,7 +35,7 @@ function diagnosticsFor(view: EditorView, problems: Problem[]): Diagnostic[] {
     return {
       from: line.from,
       to: line.to,
-      severity: "error",
+      severity,
       message: `${problem.path || "(file)"}: ${problem.message}${problem.hint ? `; ${problem.hint}` : ""}`,
     };
   });
@@ -53,13 +53,19 @@ export function Submit({ clone }: { clone: string | null }) {
   const [format, setFormat] = useState("auto");
   const [vc, setVc] = useState("");
   const [problems, setProblems] = useState<Problem[]>([]);
+  const [warnings, setWarnings] = useState<Problem[]>([]);
   const [checkError, setCheckError] = useState<unknown>(null);
   const [plan, setPlan] = useState<PlanOut[] | null>(null);
   const [submitError, setSubmitError] = useState<unknown>(null);
   const [busy, setBusy] = useState(false);
   const [version, setVersion] = useState(0);
-  const latest = useRef(0);
-  latest.current = version;
+  // What the shown check is of (text version, format, VC): anything else is being checked, and
+  // until its answer the plan shown is stale and Submit waits.
+  const current = `${version}|${format}|${vc}`;
+  const [checked, setChecked] = useState("");
+  const latest = useRef("");
+  latest.current = current;
+  const stale = checked !== current;
 
   useEffect(() => {
     if (!host.current) return undefined;
@@ -68,6 +74,7 @@ export function Submit({ clone }: { clone: string | null }) {
       doc: "",
       extensions: [
         basicSetup,
+        EditorView.contentAttributes.of({ "aria-label": "Job file (YAML or JSON)" }),
         yamlLanguage(),
         lintGutter(),
         linter(null),
@@ -102,32 +109,39 @@ export function Submit({ clone }: { clone: string | null }) {
   // Validation as you type: a dry run (`job plan`) half a second after the last keystroke.
   useEffect(() => {
     if (version === 0) return undefined;
+    const mine = current;
     const timer = window.setTimeout(async () => {
-      const mine = version;
       try {
         const check = await post<JobCheck>("/api/v1/jobs/check", body());
         if (mine !== latest.current) return;
         setPlan(check.valid ? check.plans : null);
         setProblems(check.problems);
+        setWarnings(check.warnings);
         setCheckError(null);
       } catch (err) {
         if (mine !== latest.current) return;
         setPlan(null);
+        setWarnings([]);
         setCheckError(err);
       }
+      setChecked(mine);
     }, 500);
     return () => window.clearTimeout(timer);
   }, [version, format, vc]);
 
   useEffect(() => {
-    if (view.current) view.current.dispatch(setDiagnostics(view.current.state, diagnosticsFor(view.current, problems)));
-  }, [problems]);
+    const editor = view.current;
+    if (!editor) return;
+    const marks = [...diagnosticsFor(editor, problems, "error"), ...diagnosticsFor(editor, warnings, "warning")];
+    editor.dispatch(setDiagnostics(editor.state, marks));
+  }, [problems, warnings]);
 
   const submit = async () => {
     setBusy(true);
     setSubmitError(null);
     try {
-      const jobs = await post<{ id: string }[]>("/api/v1/jobs", body());
+      const jobs = await post<SubmittedJob[]>("/api/v1/jobs", body());
+      keepSubmitWarnings(jobs[0].id, jobs[0].warnings ?? []);
       go(`/jobs/${encodeURIComponent(jobs[0].id)}`);
     } catch (err) {
       setSubmitError(err);
@@ -149,7 +163,7 @@ export function Submit({ clone }: { clone: string | null }) {
 
   return (
     <div>
-      <h2>{clone ? `Clone job ${clone}` : "Submit a job"}</h2>
+      <h1>{clone ? `Clone job ${clone}` : "Submit a job"}</h1>
       <div class="filters">
         <label class="inline">
           Template{" "}
@@ -182,7 +196,35 @@ export function Submit({ clone }: { clone: string | null }) {
         </label>
       </div>
       <div class="editor" ref={host} data-testid="editor" />
-      <div class="check" data-testid="validation">
+      <div
+        class={stale ? "check stale" : "check"}
+        data-testid="validation"
+        data-stale={stale ? "true" : "false"}
+        aria-busy={stale}
+        aria-live="polite"
+      >
+        {stale && version > 0 ? (
+          <p class="checking" data-testid="checking">
+            Checking the file as it is now… (what is below is of an earlier text)
+          </p>
+        ) : null}
+        {warnings.length ? (
+          <Notice kind="warning" testid="warnings">
+            {warnings.length === 1 ? "A warning" : `${warnings.length} warnings`} about this file:
+            <ul class="warnings">
+              {warnings.map((w) => (
+                <li>
+                  <strong>
+                    {w.path || "(file)"}
+                    {w.line ? ` (line ${w.line})` : ""}
+                  </strong>
+                  : {w.message}
+                  {w.hint ? <span class="hint"> — {w.hint}</span> : null}
+                </li>
+              ))}
+            </ul>
+          </Notice>
+        ) : null}
         {problems.length ? (
           <ul class="problems">
             {problems.map((p) => (
@@ -205,7 +247,7 @@ export function Submit({ clone }: { clone: string | null }) {
                 <strong>✓ {p.name}</strong>:{" "}
                 {p.admitted
                   ? `would start now: ${p.placements
-                      .map((t) => `${t.role}/${t.index}→${t.node}${t.gpus.length ? ` gpu ${t.gpus.join(",")}` : ""}`)
+                      .map((t) => `${t.role}/${t.index}→${t.node}${t.gpus.length ? ` (GPU indices ${t.gpus.join(",")})` : ""}`)
                       .join(", ")}`
                   : `would wait: ${p.reason?.code ?? ""} ${p.reason?.message ?? ""}`}
                 {p.preempting.length ? ` (preempting ${p.preempting.join(", ")})` : ""}
@@ -217,9 +259,10 @@ export function Submit({ clone }: { clone: string | null }) {
         )}
       </div>
       <ErrorBanner error={submitError} />
-      <button onClick={submit} disabled={busy || problems.length > 0}>
+      <button onClick={submit} disabled={busy || stale || problems.length > 0}>
         Submit
       </button>
+      {stale && version > 0 ? <span class="muted"> waiting for the check of the current text</span> : null}
     </div>
   );
 }

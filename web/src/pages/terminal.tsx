@@ -80,9 +80,9 @@ export function TerminalPage({ job, task }: { job: string; task: string }) {
   return (
     <div>
       <div class="titlebar">
-        <h2>
-          Terminal: <a href={`#/jobs/${encodeURIComponent(job)}`}>{job}</a> {task}
-        </h2>
+        <h1>
+          Terminal: <a href={`#/jobs/${encodeURIComponent(job)}`}>job {job}</a> {task}
+        </h1>
         <span class={ended ? "muted" : ""} data-testid="terminal-status">
           {status}
         </span>

@@ -1,8 +1,9 @@
 import { useState } from "preact/hooks";
-import { call, get } from "../api";
-import { ErrorBanner, Loading, Meter } from "../components";
-import type { JobSummary, Session, VirtualCluster } from "../types";
+import { get } from "../api";
+import { ErrorBanner, Loading, Meter, Notice } from "../components";
+import type { FieldChange, JobSummary, Session, VirtualCluster } from "../types";
 import { ago, mib, num, useLoad } from "../util";
+import { Changes, VcEditor } from "./vc-editor";
 
 type Limit = Record<string, number | null>;
 
@@ -46,102 +47,20 @@ function Queue({ vc }: { vc: string }) {
   );
 }
 
-const FIELDS: [string, string][] = [
-  ["guarantee_cpu", "Guaranteed CPUs"],
-  ["guarantee_memory_mib", "Guaranteed memory (MiB)"],
-  ["guarantee_gpu", "Guaranteed GPUs"],
-  ["borrow_cpu", "May borrow CPUs"],
-  ["borrow_memory_mib", "May borrow memory (MiB)"],
-  ["borrow_gpu", "May borrow GPUs"],
-];
-
-function initial(vc: VirtualCluster): Record<string, string> {
-  const pick = (limit: Limit | null, key: string) => {
-    const v = limit ? limit[key] : null;
-    return v === null || v === undefined ? "" : String(v);
-  };
-  return {
-    guarantee_cpu: pick(vc.guarantee, "cpu"),
-    guarantee_memory_mib: pick(vc.guarantee, "memoryMiB"),
-    guarantee_gpu: pick(vc.guarantee, "gpu"),
-    borrow_cpu: pick(vc.borrowLimit, "cpu"),
-    borrow_memory_mib: pick(vc.borrowLimit, "memoryMiB"),
-    borrow_gpu: pick(vc.borrowLimit, "gpu"),
-    members: vc.members.join(", "),
-  };
-}
-
-function Editor({ vc, onDone }: { vc: VirtualCluster; onDone: () => void }) {
-  const [values, setValues] = useState(initial(vc));
-  const [error, setError] = useState<unknown>(null);
-  const [changes, setChanges] = useState<string | null>(null);
-  const patch = () => {
-    const body: Record<string, unknown> = {};
-    const before = initial(vc);
-    for (const [key] of FIELDS) {
-      if (values[key] !== before[key]) body[key] = values[key] === "" ? null : Number(values[key]);
-    }
-    if (values.members !== before.members) {
-      body.members = values.members.split(",").map((m) => m.trim()).filter(Boolean);
-    }
-    return body;
-  };
-  const send = async (dryRun: boolean) => {
-    try {
-      const { body } = await call<{ changes: Record<string, [unknown, unknown]> }>(
-        "PATCH",
-        `/api/v1/virtual-clusters/${encodeURIComponent(vc.name)}`,
-        { body: patch(), query: { dryRun } },
-      );
-      setError(null);
-      const text = Object.entries(body.changes ?? {})
-        .map(([k, [a, b]]) => `${k}: ${JSON.stringify(a)} → ${JSON.stringify(b)}`)
-        .join("; ");
-      setChanges(text || "nothing changes");
-      if (!dryRun) onDone();
-    } catch (err) {
-      setError(err);
-    }
-  };
-  return (
-    <div class="vc-editor" data-testid="vc-editor">
-      {FIELDS.map(([key, label]) => (
-        <label>
-          {label}
-          <input
-            name={key}
-            inputMode="decimal"
-            placeholder="any"
-            value={values[key]}
-            onInput={(e) => setValues({ ...values, [key]: (e.target as HTMLInputElement).value })}
-          />
-        </label>
-      ))}
-      <label>
-        Members (users and groups)
-        <input
-          name="members"
-          value={values.members}
-          onInput={(e) => setValues({ ...values, members: (e.target as HTMLInputElement).value })}
-        />
-      </label>
-      <ErrorBanner error={error} />
-      {changes ? <p class="muted">{changes}</p> : null}
-      <button class="secondary" onClick={() => send(true)}>
-        Preview changes
-      </button>{" "}
-      <button onClick={() => send(false)}>Save</button>
-    </div>
-  );
-}
-
 export function VirtualClusters({ session }: { session: Session }) {
   const vcs = useLoad(() => get<VirtualCluster[]>("/api/v1/virtual-clusters"), []);
   const [editing, setEditing] = useState<string | null>(null);
+  const [saved, setSaved] = useState<{ name: string; changes: FieldChange[] } | null>(null);
   return (
     <div>
-      <h2>Virtual clusters</h2>
+      <h1>Virtual clusters</h1>
       <ErrorBanner error={vcs.error} />
+      {saved ? (
+        <Notice kind="success" testid="vc-saved">
+          Saved virtual cluster {saved.name}:
+          <Changes changes={saved.changes} />
+        </Notice>
+      ) : null}
       {!vcs.data ? (
         <Loading what="virtual clusters" />
       ) : (
@@ -155,7 +74,11 @@ export function VirtualClusters({ session }: { session: Session }) {
               <th>May borrow (cpu, mem, gpu)</th>
               <th>Members</th>
               <th>Queue</th>
-              {session.admin ? <th /> : null}
+              {session.admin ? (
+                <th>
+                  <span class="sr-only">Actions</span>
+                </th>
+              ) : null}
             </tr>
           </thead>
           <tbody>
@@ -185,22 +108,30 @@ export function VirtualClusters({ session }: { session: Session }) {
                   </td>
                   {session.admin ? (
                     <td>
-                      {vc.name === "default" ? null : (
-                        <button class="secondary small" onClick={() => setEditing(editing === vc.name ? null : vc.name)}>
-                          Edit
-                        </button>
-                      )}
+                      <button
+                        class="secondary small"
+                        aria-expanded={editing === vc.name}
+                        onClick={() => {
+                          setEditing(editing === vc.name ? null : vc.name);
+                          setSaved(null);
+                        }}
+                      >
+                        Edit
+                      </button>
                     </td>
                   ) : null}
                 </tr>
                 {editing === vc.name ? (
                   <tr>
                     <td colSpan={8}>
-                      <Editor
+                      <VcEditor
                         vc={vc}
-                        onDone={() => {
+                        onSaved={(changes) => {
+                          setSaved({ name: vc.name, changes });
+                          setEditing(null);
                           vcs.reload();
                         }}
+                        onCancel={() => setEditing(null)}
                       />
                     </td>
                   </tr>
