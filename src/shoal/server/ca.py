@@ -24,6 +24,7 @@ import ipaddress
 import os
 import secrets
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,9 @@ CA_NAME = "shoal cluster CA"
 # Certificates are valid from a little before they are made (clocks differ between machines):
 # five minutes, or a twentieth of a short lifetime (a test's 20-second certificate).
 BACKDATE_S = 300.0
+# The CA files change only under this lock, and certificates are signed under it: two rotations
+# (or a rotation and a signature) in the API's worker threads never see the files half-moved.
+_FILES = threading.RLock()
 
 
 class CertificateRequestError(ValueError):
@@ -265,6 +269,11 @@ def sign_node_csr(
 ) -> NodeCertificate:
     """Sign a node's request: its own key signed it, and it names ``node`` (and nothing else).
     Signed by the CA that signs now (the staged one during a rotation), valid ``lifetime_s``."""
+    with _FILES:
+        return _sign_node_csr(files, csr_pem, node, lifetime_s)
+
+
+def _sign_node_csr(files: PkiFiles, csr_pem: str, node: str, lifetime_s: float) -> NodeCertificate:
     try:
         request = x509.load_pem_x509_csr(csr_pem.encode())
     except ValueError as exc:
@@ -303,13 +312,14 @@ def sign_node_csr(
 def stage_next_ca(files: PkiFiles) -> None:
     """``shoal admin ca rotate``: make the next CA beside the current one. Its name differs
     from every earlier CA's (TLS libraries look an issuer up by name)."""
-    settle(files)
-    if files.rotating():
-        raise RotationError(
-            f"a CA rotation is under way already (next CA {files.signing_hash()[:16]}...); "
-            "finish it first (`shoal admin ca finish`)"
-        )
-    _make_ca(files.next_ca_key, files.next_ca_cert, f"{CA_NAME} {secrets.token_hex(4)}")
+    with _FILES:
+        settle(files)
+        if files.rotating():
+            raise RotationError(
+                f"a CA rotation is under way already (next CA {files.signing_hash()[:16]}...); "
+                "finish it first (`shoal admin ca finish`)"
+            )
+        _make_ca(files.next_ca_key, files.next_ca_cert, f"{CA_NAME} {secrets.token_hex(4)}")
 
 
 def promote_next_ca(files: PkiFiles) -> Path:
@@ -317,16 +327,19 @@ def promote_next_ca(files: PkiFiles) -> Path:
     certificate is issued again from it. The old CA's certificate is kept under ``retired/``
     (returned); its key is deleted. Each step can be repeated: ``settle`` completes a finish a
     crash cut short."""
-    settle(files)
-    if not files.rotating():
-        raise RotationError("no CA rotation is under way: start one with `shoal admin ca rotate`")
-    files.retired.mkdir(mode=0o700, exist_ok=True)
-    kept = files.retired / f"ca-{files.ca_hash()[:16]}.crt"
-    shutil.copyfile(files.ca_cert, kept)
-    os.replace(files.next_ca_key, files.ca_key)  # from here on, settle() completes the rest
-    os.replace(files.next_ca_cert, files.ca_cert)
-    issue_server_certificate(files, server_hosts(files))
-    return kept
+    with _FILES:
+        settle(files)
+        if not files.rotating():
+            raise RotationError(
+                "no CA rotation is under way: start one with `shoal admin ca rotate`"
+            )
+        files.retired.mkdir(mode=0o700, exist_ok=True)
+        kept = files.retired / f"ca-{files.ca_hash()[:16]}.crt"
+        shutil.copyfile(files.ca_cert, kept)
+        os.replace(files.next_ca_key, files.ca_key)  # from here on, settle() completes the rest
+        os.replace(files.next_ca_cert, files.ca_cert)
+        issue_server_certificate(files, server_hosts(files))
+        return kept
 
 
 def settle(files: PkiFiles) -> None:
@@ -334,6 +347,11 @@ def settle(files: PkiFiles) -> None:
     its certificate is dropped; a finish cut short after moving the key is completed; a server
     certificate that does not match its key, or that the current CA did not sign, is issued
     again for the same hosts."""
+    with _FILES:
+        _settle(files)
+
+
+def _settle(files: PkiFiles) -> None:
     if files.next_ca_key.exists() and not files.next_ca_cert.exists():
         files.next_ca_key.unlink()  # a rotate that never wrote its certificate
     if (

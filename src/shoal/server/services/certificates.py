@@ -85,8 +85,12 @@ def status(ctx: ServerContext, principal: Principal, pem: str | None) -> Certifi
     new CA did not sign. (Renewing as it ages is the agent's own schedule.)"""
     files = pki_of(ctx)
     node, pem = _node_certificate(principal, pem)
-    signing = files.signing_hash()
-    if files.rotating() and not _signed_by_pem(pem, files.next_ca_cert.read_text()):
+    try:
+        signing = files.signing_hash()
+        upcoming = files.next_ca_cert.read_text() if files.rotating() else None
+    except FileNotFoundError:  # a finish moved the files meanwhile: ask again later
+        return CertificateStatus(renew=False, signing_ca=files.ca_hash())
+    if upcoming is not None and not _signed_by_pem(pem, upcoming):
         reason = (
             f"the cluster's CA is being rotated: node {node}'s certificate is the old CA's; "
             "renew it to get one of the new CA and the new trust bundle"
