@@ -16,9 +16,6 @@ const FIELDS: [string, string][] = [
   ["borrow_gpu", "May borrow GPUs"],
 ];
 const LABELS: Record<string, string> = { ...Object.fromEntries(FIELDS), members: "Members", description: "Description" };
-// The default VC's guarantee is what the other VCs leave and it is open to everyone: the server
-// refuses changes to these (services/vcs.py FIXED_FOR_DEFAULT), and says so.
-const FIXED_FOR_DEFAULT = new Set(["guarantee_cpu", "guarantee_memory_mib", "guarantee_gpu", "members"]);
 
 function initial(vc: VirtualCluster): Record<string, string> {
   const pick = (limit: Limit | null, key: string) => {
@@ -144,10 +141,13 @@ export function VcEditor({
         />
       </label>
       <div class="vc-editor-foot">
+        {/* the server's FIXED_FOR_DEFAULT (services/vcs.py): a change to them is refused, and the
+            refusal is shown below as the server words it */}
         {isDefault ? (
           <p class="hint" data-testid="default-note">
-            The default VC's {[...FIXED_FOR_DEFAULT].map((f) => LABELS[f].toLowerCase()).join(", ")} are fixed: its
-            guarantee is what the other VCs leave, and it is open to everyone. Its borrowing limits can change.
+            The default VC's guarantees (CPUs, memory, GPUs) and members are fixed: its guarantee is what the
+            other VCs leave, and it is open to everyone; the server refuses changes to them. Its borrowing limits
+            can change.
           </p>
         ) : null}
         <ErrorBanner error={error} />
