@@ -1,5 +1,5 @@
 """Node certificates renewed over mutual TLS, and the cluster's CA rotated, for real: a server on
-the network (`shoal server init` + `start`, HTTPS on 127.0.0.1) that issues 30-second node
+the network (`shoal server init` + `start`, HTTPS on 127.0.0.1) that issues 40-second node
 certificates ($SHOAL_NODE_CERT_LIFETIME_S), agents (`shoal agent join` + `run`) that ask every
 second whether to renew ($SHOAL_CERT_CHECK_S) and renew after two thirds of the lifetime, and
 the admin's `shoal admin ca rotate|status|bundle|finish`. One server per module; agents and CLI
@@ -34,7 +34,7 @@ from shoal.server.ca import PkiFiles, sign_node_csr
 from tests.integration.conftest import port_base
 
 PROTOCOL = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
-LIFETIME_S = 30.0  # renewed after 20 s
+LIFETIME_S = 40.0  # renewed after 2/3 of it: 27 s
 START = [
     *(sys.executable, "-m", "shoal", "server", "start"),
     *("--kill-grace", "2", "--node-timeout", "8"),  # a lease of 3 s: a lost node shows quickly
@@ -221,7 +221,7 @@ def test_a_short_lived_certificate_renews_and_the_node_stays_ready(
     assert first_expiry - time.time() <= LIFETIME_S + 1
 
     deadline = time.monotonic() + LIFETIME_S
-    while serial_of(identity / "node.crt") == first_serial:  # renewed after 2/3 (20 s)
+    while serial_of(identity / "node.crt") == first_serial:  # renewed after 2/3 of it
         assert time.monotonic() < deadline, (cluster.root / "n1.log").read_text()
         assert cluster.node_state(worker) == "READY"
         time.sleep(0.5)
@@ -318,8 +318,8 @@ def test_the_ca_rotates_and_the_old_one_is_refused_after_finish(
 
     refused = cluster.shoal("admin", "ca", "finish")
     assert refused.returncode == 1, refused.stdout
-    assert "NodesOnOldCaError" in refused.stderr or "n3" in refused.stderr, refused.stderr
-    assert "n3" in refused.stderr and "--force" in refused.stderr
+    assert "have no certificate of the new CA yet: n3" in refused.stderr, refused.stderr
+    assert "--force" in refused.stderr
 
     bundle = cluster.shoal("admin", "ca", "bundle", "--to", str(cluster.admin_ca))
     assert bundle.returncode == 0 and "wrote 2 CA certificate(s)" in bundle.stdout, bundle
