@@ -132,6 +132,7 @@ class CertificateRenewer:
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + self.check_s
                     status = self.check()
+                    backoff = 0.0  # the server answers again
                     if status.renew:
                         log.info("the server asks for a new certificate: %s", status.reason)
                         asked = True
