@@ -1,6 +1,9 @@
 # shoal developer entry points. Every target creates and uses the project-local virtualenv,
 # so `make run` and `make test` work on a fresh machine with only python3 on the PATH.
-PYTHON ?= python3
+# Debian's own interpreter where there is one: tasks run as their users (docs/security.md), who
+# can reach /usr/bin but not an interpreter in root's home (pyenv's, say), so the examples and
+# the tests' tasks can run the virtualenv's python.
+PYTHON ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -134,8 +137,12 @@ $(TORCH_STAMP): $(STAMP)
 # `--context local`: the commands talk to this cluster even if a shoal context is current.
 # Tasks run with the submitting shell's PATH, so the job is submitted with the venv's bin first
 # (its python has numpy), as after `source .venv/bin/activate`.
+# Tasks run as their users (docs/security.md); a checkout those users cannot reach (under /root,
+# say) cannot give them its .venv, so there the example's tasks run as the agent's own user.
+SHARED_VENV = $(shell $(BIN)/python -c 'from shoal.agent.task_users import interpreter_reachable as r; print(int(r()))' 2>/dev/null)
 run: setup-runtime web
-	$(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2 $(if $(PORT),--port $(PORT)) \
+	@if [ "$(SHARED_VENV)" = 0 ] && [ -z "$$SHOAL_TASK_USERS" ]; then echo "note: $(CURDIR)/.venv is out of other users' reach: the example's tasks run as the agent's user (SHOAL_TASK_USERS=agent; docs/security.md)"; fi
+	$(if $(filter 0,$(SHARED_VENV)),SHOAL_TASK_USERS=$${SHOAL_TASK_USERS:-agent}) $(BIN)/shoal up --nodes 2 --cpus 4 --memory 8Gi --gpus 2 $(if $(PORT),--port $(PORT)) \
 		$(if $(PORT_BASE),--port-base $(PORT_BASE))
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/shoal --context local job submit \
 		examples/rl-actor-learner/job.yaml --wait

@@ -4,7 +4,10 @@ containers, network namespaces or processes of its own still there fail the run,
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Generator
@@ -12,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from shoal.agent.task_users import MODE_VARIABLE, TaskUser, interpreter_reachable
+from shoal.agent.workspace import TASK_ROOT_VARIABLE
 from tests import leftovers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +36,15 @@ def pytest_configure(config: pytest.Config) -> None:
     """The run's token, inherited by every process it starts (xdist's workers included: they
     are started after this); each worker tells the controller its pid (labs are named by it)."""
     os.environ.setdefault(leftovers.RUN_ENV, uuid.uuid4().hex)
+    # the agents' task roots (shoal.agent.workspace): a directory tasks running as their users
+    # can pass (pytest's own are private), the run's own, removed at its end
+    task_root = Path(f"/tmp/shoal-tasks-{os.environ[leftovers.RUN_ENV]}")
+    os.environ.setdefault(TASK_ROOT_VARIABLE, str(task_root))
+    if not hasattr(config, "workerinput"):
+        task_root.mkdir(mode=0o711, exist_ok=True)
+        task_root.chmod(0o711)
+    if not hasattr(config, "workerinput") and not _interpreter_reachable():
+        os.environ.setdefault(MODE_VARIABLE, "agent")  # tests/security sets its own
     config.stash[PIDS] = {os.getpid()}
     if hasattr(config, "workeroutput"):
         config.workeroutput["shoal_pid"] = os.getpid()
@@ -60,6 +74,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
     while found and time.monotonic() < deadline:
         time.sleep(0.5)
         found = leftovers.find(token, temp, config.stash[PIDS])
+    shutil.rmtree(os.environ[TASK_ROOT_VARIABLE], ignore_errors=True)
     if found:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         lines = ["this test run left these behind (tests/leftovers.py):", *found.lines()]
@@ -70,3 +85,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     return result
+
+
+def _interpreter_reachable() -> bool:
+    """Whether a task running as another user (shoal.agent.task_users) can run this
+    interpreter and its packages, and read the examples: else the run's agents run tasks as
+    their own user (said in the header), and only tests/security runs tasks as their users,
+    with /usr/bin/python3."""
+    return interpreter_reachable() and TaskUser("nobody", 65534, 65534).can_enter(REPO)
+
+
+@pytest.fixture(autouse=True)
+def _passable_tmp_path(request: pytest.FixtureRequest) -> None:
+    """A test's temporary directory (and those above it) may be passed by its tasks, which run
+    as their users: as a user's own directories are, for the tasks they submit from there."""
+    if "tmp_path" not in request.fixturenames:
+        return
+    path: Path = request.getfixturevalue("tmp_path")
+    top = Path(tempfile.gettempdir())
+    for directory in [path, *path.parents]:
+        if directory == top or directory.stat().st_uid != os.geteuid():
+            break
+        with contextlib.suppress(OSError):
+            directory.chmod(directory.stat().st_mode | 0o111)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    mode = os.environ.get(MODE_VARIABLE)
+    if mode == "agent":
+        return (
+            "tasks run as the agent's user: this interpreter or checkout is not reachable by "
+            "other users (tests/security still runs tasks as their users)"
+        )
+    return "tasks run as their users (docs/security.md)"

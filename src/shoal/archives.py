@@ -245,9 +245,30 @@ def extract(path: Path, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(path, mode="r:*") as archive:
-            archive.extractall(target, filter="data")
+            if HAS_FILTERS:
+                archive.extractall(target, filter="data")
+            else:
+                _extract_checked(archive, path, target)
     except (tarfile.TarError, EOFError, gzip.BadGzipFile) as exc:
         raise ArchiveError(f"cannot unpack {path.name}: {exc}") from None
+
+
+# tarfile's filters came with Python 3.11.4 (and 3.8.17, 3.9.17, 3.10.12); Debian 12's python3 is
+# 3.11.2: there, each member is checked as uploads are (``check``) and unpacked as ``data`` would
+HAS_FILTERS = hasattr(tarfile, "data_filter")
+_CLEARED = stat.S_ISUID | stat.S_ISGID | stat.S_IWGRP | stat.S_IWOTH
+
+
+def _extract_checked(archive: tarfile.TarFile, path: Path, target: Path) -> None:
+    members = archive.getmembers()
+    links = LinkMap()
+    for member in members:
+        problem = unsafe_member(member) or links.problem(member)
+        if problem is not None:
+            raise ArchiveError(f"cannot unpack {path.name}: member {member.name!r} {problem}")
+        member.mode &= ~_CLEARED  # as the data filter does
+        member.uid, member.gid, member.uname, member.gname = os.geteuid(), os.getegid(), "", ""
+    archive.extractall(target, members=members, numeric_owner=True)
 
 
 def human(size: float) -> str:

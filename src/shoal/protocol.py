@@ -365,6 +365,14 @@ class LaunchOrder(BaseModel):
         "Kubernetes Pod runs (None: the agent's default image).",
     )
     limits: TaskLimits | None = Field(None, description="None: an order from an older server.")
+    owner: str | None = Field(
+        None, description="The job's user: whose identity the task runs under on the node."
+    )
+    owner_number: int | None = Field(
+        None,
+        description="The user's number in the store (stable, unique): an agent that maps users "
+        "to a uid range gives this user uid base + number (None: an order of an older server).",
+    )
     fetch_token: str | None = Field(
         None,
         repr=False,

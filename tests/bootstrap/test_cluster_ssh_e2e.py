@@ -19,6 +19,7 @@ import pytest
 from shoal.bootstrap import hostctl
 from shoal.bootstrap.wheels import default_wheelhouse
 from tests.bootstrap.sshd import SshdHost, sshd_missing, start_sshd
+from tests.envs import is_user_setting
 from tests.multihost.netns import NetnsLab, namespaces_usable
 
 pytestmark = [
@@ -90,7 +91,7 @@ def test_create_runs_a_job_on_the_host_status_and_delete_leave_nothing(
         f"  - {{address: {host.address}, name: ns-1, labels: {{rack: a}}, cpus: 2,"
         f" memory: 2Gi, port_base: {PORT_BASE}}}\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env |= {"SHOAL_HOME": str(tmp_path / "nohome"), "SHOAL_CONFIG": str(tmp_path / "cfg.yaml")}
     lab.require_route(host.address)
     agent_pid = None

@@ -18,6 +18,7 @@ from shoal.bootstrap.clusterfile import (
 )
 from shoal.spec.errors import SpecError
 from tests.cli.test_cli_imports import CLIENT_PATH, forbidden_in, loaded_modules
+from tests.envs import is_user_setting
 
 GOOD = """
 server: {address: 198.18.30.254, port: 9443, home: srv}
@@ -145,7 +146,7 @@ def test_validate_and_create_exit_1_naming_the_field(tmp_path: Path) -> None:
 
 
 def test_template_and_help_load_neither_the_server_nor_asyncssh(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env["SHOAL_HOME"] = str(tmp_path)
     for args in (["cluster", "--help"], ["cluster", "template"]):
         modules = loaded_modules(args, env)

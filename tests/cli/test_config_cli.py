@@ -16,12 +16,13 @@ from shoal import clientconfig
 from shoal.cli.main import app
 from shoal.client import ShoalError
 from shoal.clientconfig import resolve
+from tests.envs import is_user_setting
 
 
 @pytest.fixture
 def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     for key in list(os.environ):
-        if key.startswith("SHOAL_"):
+        if is_user_setting(key):
             monkeypatch.delenv(key)
     home, config = tmp_path / "home", tmp_path / "cfg" / "config.yaml"
     monkeypatch.setenv("SHOAL_HOME", str(home))

@@ -17,6 +17,7 @@ import yaml
 from shoal.cli.columns import Column, table_text
 from shoal.cli.job_text import describe_text, list_text, since_epoch, status_text, why_text
 from tests.cli.test_job_cli import real_shoal, shoal
+from tests.envs import is_user_setting
 
 LONG = "a-long-job-name-that-is-never-cut-at-all"  # 40 characters
 
@@ -151,7 +152,7 @@ def test_validate_speaks_yaml(tmp_path: Path) -> None:
 def test_plan_without_a_server_uses_simulated_nodes_and_says_so(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(shoal("job", "template").stdout)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_URL="http://127.0.0.1:9", SHOAL_HOME=str(tmp_path / "home"))
     result = subprocess.run(
         [sys.executable, "-m", "shoal", "job", "plan", str(job), "-o", "json"],

@@ -12,12 +12,13 @@ from typer.testing import CliRunner
 
 from shoal import clientconfig
 from shoal.cli.main import app
+from tests.envs import is_user_setting
 
 
 @pytest.fixture(autouse=True)
 def no_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
-        if key.startswith("SHOAL_"):
+        if is_user_setting(key):
             monkeypatch.delenv(key)
     monkeypatch.setenv("SHOAL_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SHOAL_CONFIG", str(tmp_path / "config.yaml"))

@@ -19,12 +19,13 @@ from shoal.clientconfig import resolve
 from shoal.server.app import create_app, prepare
 from shoal.server.ca import PkiFiles, server_hosts
 from shoal.server.settings import ServerSettings
+from tests.envs import is_user_setting
 
 
 @pytest.fixture(autouse=True)
 def clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
-        if key.startswith("SHOAL_"):
+        if is_user_setting(key):
             monkeypatch.delenv(key)
     monkeypatch.setenv("SHOAL_CONFIG", str(tmp_path / "config.yaml"))
     monkeypatch.setattr(clientconfig, "selected_context", None)

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from shoal.agent.task_users import TaskUsers
+from shoal.agent.workspace import Workspace
 from shoal.client import ShoalClient, ShoalError
 from shoal.local.supervisor import RunInfo, UpOptions, alive, start_local, stop_local
+from tests.envs import is_user_setting
 
 
 @dataclass
@@ -46,6 +49,12 @@ class LocalCluster:
 
     def log(self, job_id: str, role: str, index: int = 0, stream: str = "stdout") -> str:
         return "".join(self.client.follow_logs(job_id, role, index, stream, timeout_s=30))
+
+
+def node_data_cache(agent_home: Path) -> Path:
+    """Where the agent on ``agent_home`` caches data sets (shoal.agent.workspace): its task
+    root when tasks run as their users, else its home."""
+    return Workspace(agent_home.resolve(), TaskUsers.default()).data
 
 
 def port_base() -> int:
@@ -88,7 +97,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
-        if key.startswith("SHOAL_"):
+        if is_user_setting(key):
             monkeypatch.delenv(key)
 
 
@@ -96,7 +105,7 @@ def local_cli(
     cluster: LocalCluster, *args: str, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """``shoal --context local ARGS`` as a user of this cluster's machine would run it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_HOME=str(cluster.home), SHOAL_CONFIG=str(cluster.home / "no-config.yaml"))
     env["COLUMNS"] = "200"
     return subprocess.run(

@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster
 
 
 def shoal(home: Path, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_HOME=str(home), COLUMNS="80")
     if token is not None:
         env["SHOAL_TOKEN"] = token

@@ -31,6 +31,7 @@ from shoal.client import ShoalClient
 from shoal.pki import key_pem, load_private_key, new_private_key, node_csr
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from shoal.server.ca import PkiFiles, sign_node_csr
+from tests.envs import is_user_setting
 from tests.integration.conftest import port_base
 
 PROTOCOL = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
@@ -155,7 +156,7 @@ def _stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("renewal")
     home = root / "server"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(
         SHOAL_CONFIG=str(root / "config.yaml"),
         SHOAL_HOME=str(root / "shoal-home"),

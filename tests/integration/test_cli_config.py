@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from shoal.local.supervisor import alive, read_run, stop_local
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster, port_base
 
 
 def shoal(
     home: Path, config: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    clean = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     clean.update(SHOAL_HOME=str(home), SHOAL_CONFIG=str(config), COLUMNS="200", **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "shoal", *args],

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import psutil
 
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster, port_base
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def shoal(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env["SHOAL_HOME"] = str(home)
     return subprocess.run(
         [sys.executable, "-m", "shoal", *args],
@@ -174,7 +175,7 @@ def test_vcs_users_and_tokens_from_the_cli(cluster: LocalCluster, tmp_path: Path
 
 
 def shoal_env(home: Path, extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_HOME=str(home), **extra)
     return subprocess.run(
         [sys.executable, "-m", "shoal", *args],

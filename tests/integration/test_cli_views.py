@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster
 from tests.integration.test_cli_remote import shoal, shoal_env
 
@@ -24,7 +25,7 @@ HOG = "version: 1\nname: {name}\nroles:\n  w:\n    instances: 2\n    resources: 
 
 
 def env(cluster: LocalCluster, **extra: str) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    out = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     out.update(SHOAL_HOME=str(cluster.home), SHOAL_URL=cluster.info.url, **extra)
     return out
 

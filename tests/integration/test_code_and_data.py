@@ -20,7 +20,7 @@ from shoal.archives import build
 from shoal.cli.code_upload import build_code_archive
 from shoal.client import ShoalClient, ShoalError
 from shoal.protocol import DataMount, LaunchOrder
-from tests.integration.conftest import LocalCluster
+from tests.integration.conftest import LocalCluster, node_data_cache
 from tests.integration.test_cli_remote import shoal
 
 CODE_JOB = """\
@@ -221,7 +221,7 @@ def test_a_job_reads_its_data_set_and_another_user_cannot(
     job = alice.submit(DATA_JOB.format(name="reads", ref="notes"))[0]["id"]
     assert cluster.wait(job)["state"] == "SUCCEEDED", cluster.log(job, "reader", 0, "stderr")
     assert cluster.log(job, "reader") == "read me\n12345\n"
-    cached = cluster.home / "agent" / "cache" / "data" / built.sha256 / "notes.txt"
+    cached = node_data_cache(cluster.home / "agent") / built.sha256 / "notes.txt"
     before = identity(cached)
     with pytest.raises(ShoalError) as refused:
         bob.submit(DATA_JOB.format(name="steals", ref="alice/notes"))
@@ -288,4 +288,4 @@ def test_the_node_cache_survives_an_interrupted_download(tmp_path: Path) -> None
             cache.data_dir(order, tmp_path / "work")
         assert "data set 'd'" in str(failed.value) and expected in str(failed.value)
     assert not (tmp_path / "cache" / "data" / digest).exists()
-    assert list((tmp_path / "cache" / "tmp").iterdir()) == []
+    assert list((tmp_path / "cache" / "data" / ".tmp").iterdir()) == []

@@ -26,6 +26,7 @@ import pytest
 from shoal.agent.runtimes.container import podman_problem
 from shoal.local.supervisor import stop_local
 from tests.agent.limits_helpers import cgroups_refused
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster, start_cluster
 from tests.integration.conftest import local_cli as shoal
 from tests.integration.test_local_mode import native
@@ -62,7 +63,7 @@ def job(local: LocalCluster) -> tuple[str, str]:
 
 
 def cli_env(cluster: LocalCluster) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_HOME=str(cluster.home), SHOAL_CONFIG=str(cluster.home / "no-config.yaml"))
     return env
 

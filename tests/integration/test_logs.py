@@ -11,6 +11,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster
 from tests.integration.test_cli_remote import shoal
 
@@ -52,7 +53,7 @@ def test_logs_merge_every_task_and_stream_in_time_order(
         capture_output=True,
         text=True,
         timeout=60,
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}}
+        env={**{k: v for k, v in os.environ.items() if not is_user_setting(k)}}
         | {"SHOAL_HOME": str(cluster.home)},
         check=False,
     )

@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster
 from tests.integration.test_cli_views import on_a_terminal
 from tests.integration.test_local_mode import native
 
 
 def shoal(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_HOME=str(cluster.home), SHOAL_URL=cluster.info.url, COLUMNS="80")
     return subprocess.run(
         [sys.executable, "-m", "shoal", *args],

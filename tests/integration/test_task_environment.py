@@ -15,6 +15,7 @@ import pytest
 
 import shoal
 from shoal.client import ShoalError
+from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster
 
 PROBE = """version: 1
@@ -57,7 +58,7 @@ def user_shell(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     python = venv / "bin" / "python"
     python.write_text("#!/bin/sh\necho user-python\n")
     python.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(
         PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
         VIRTUAL_ENV=str(venv),
@@ -175,7 +176,7 @@ taskRoles:
     dockerImage: img
     resourcePerInstance: {{cpu: 1, memoryMB: 512, gpu: 0}}
     commands:
-      - echo "<% $secrets.token %>" > "$SHOAL_WORKDIR/secret.txt"
+      - echo "<% $secrets.token %>" > "OUT/pai-secret.txt"
       - echo done
 """
 NATIVE_SECRET = f"""version: 1
@@ -183,20 +184,22 @@ name: native-secret
 secrets: {{token: {SECRET}}}
 roles:
   main:
-    command: 'echo "{{{{ secrets.token }}}}" > "$SHOAL_WORKDIR/secret.txt"'
+    command: 'echo "{{{{ secrets.token }}}}" > "OUT/native-secret.txt"'
 """
 
 
-def _written_secret(cluster: LocalCluster, job: dict[str, object]) -> str:
-    (path,) = (cluster.home / "agent" / "work" / str(job["id"])).glob("main-0/*/secret.txt")
-    return path.read_text()
-
-
-def test_secrets_are_filled_in_at_launch_and_shown_nowhere(cluster: LocalCluster) -> None:
-    jobs = [cluster.wait(cluster.submit(text)) for text in (PAI_SECRET, NATIVE_SECRET)]
+def test_secrets_are_filled_in_at_launch_and_shown_nowhere(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"  # where the tasks, running as their user, write what they got
+    out.mkdir(mode=0o777)
+    out.chmod(0o777)
+    texts = [text.replace("OUT/", f"{out}/") for text in (PAI_SECRET, NATIVE_SECRET)]
+    jobs = [cluster.wait(cluster.submit(text)) for text in texts]
     for job in jobs:
         assert job["state"] == "SUCCEEDED", job
-        assert _written_secret(cluster, job) == SECRET + "\n"  # rendered for the shell
+        written = (out / f"{job['name']}.txt").read_text()
+        assert written == SECRET + "\n"  # rendered for the shell
     token = (cluster.home / "admin.token").read_text().strip()
     shown = [json.dumps(cluster.client.job(str(j["id"]))) for j in jobs]
     shown += [json.dumps(cluster.client.events(str(j["id"]))) for j in jobs]

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from shoal.client import ShoalClient
+from tests.envs import is_user_setting
 from tests.kubernetes import shoal_image
 from tests.kubernetes.conftest import REPO, KubeShoal, running_shoal
 from tests.kubernetes.harness import ControlPlane, free_port, wait_for
@@ -103,7 +104,7 @@ def shoal(
 
 
 def cli_env(shoal: KubeShoal) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_HOME=str(shoal.home), SHOAL_CONFIG=str(shoal.home / "no-config.yaml"))
     return env
 

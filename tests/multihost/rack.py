@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.client import ShoalClient
+from tests.envs import without_shoal
 from tests.multihost.netns import Host, NetnsLab
 
 SERVER_PORT = 8476
@@ -32,6 +33,7 @@ class Rack:
     env: dict[str, str] = field(default_factory=dict)
     server: subprocess.Popen[bytes] | None = None
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    joined: dict[str, str] = field(default_factory=dict)  # what each node's join printed
     _admin: ShoalClient | None = None
 
     # ---- where things are ----
@@ -121,16 +123,16 @@ class Rack:
         return shlex.split(line)[1:]
 
     def join(
-        self, node: str, line: list[str], cpus: float = 1.0
+        self, node: str, line: list[str], cpus: float = 1.0, address: bool = True
     ) -> subprocess.CompletedProcess[str]:
+        """``address``: give the host's address with --address (else join picks one)."""
         host = self.node_host(node)
         return self.on_host(
             host,
             *line,
             "--name",
             node,
-            "--address",
-            host.address,
+            *(("--address", host.address) if address else ()),
             "--home",
             str(self.agent_home(node)),
             "--cpus",
@@ -196,10 +198,17 @@ class Rack:
 
 
 def build_rack(
-    lab: NetnsLab, root: Path, nodes: int, node_timeout_s: float = 8.0, kill_grace_s: float = 1.0
+    lab: NetnsLab,
+    root: Path,
+    nodes: int,
+    node_timeout_s: float = 8.0,
+    kill_grace_s: float = 1.0,
+    address: bool = True,
 ) -> Rack:
-    """Initialise and start the server on host 1, then join and start ``nodes`` agents."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    """Initialise and start the server on host 1, then join and start ``nodes`` agents (each
+    with ``--address`` its host's address, or with none if not ``address``)."""
+    env = without_shoal(os.environ)  # but where and as whom the run's tasks run
+
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"  # tasks: the venv's python
     env["SHOAL_CONFIG"] = str(root / "config.yaml")
@@ -240,8 +249,9 @@ def build_rack(
     assert made.returncode == 0, made.stderr
     line = rack.join_line("--ttl", "10m", "--uses", str(nodes))
     for i in range(1, nodes + 1):
-        joined = rack.join(f"n{i}", line)
+        joined = rack.join(f"n{i}", line, address=address)
         assert joined.returncode == 0, joined.stderr + joined.stdout
+        rack.joined[f"n{i}"] = joined.stdout
         rack.start_agent(f"n{i}")
     for i in range(1, nodes + 1):
         rack.wait_state(f"n{i}", "READY", 30)

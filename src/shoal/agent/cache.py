@@ -6,9 +6,17 @@ renamed into place: a cut-short download is never used). A second task with the 
 data downloads nothing. Each attempt gets its own copy of the code (it may change it) and, under
 ``$SHOAL_DATA_DIR``, a symbolic link per data set into the cache (read-only: shared by tasks).
 
-- ``code/<sha256>.tar.gz``: code archives;
-- ``data/<sha256>``: a data set file, or a directory unpacked from its tar;
+- ``code/<sha256>.tar.gz``: code archives (in the agent's private home);
+- ``<data root>/<sha256>``: a data set file, or a directory unpacked from its tar (readable by
+  tasks, writable by the agent alone: shoal.agent.workspace);
+- ``seals/<sha256>.json``: what each data set was when last hashed (private);
 - ``tmp/``: downloads and unpacks under way (emptied when the agent starts).
+
+Each entry is checked again each time it is bound into a task, not only when it was filled: a
+code archive is hashed against its sha256 before it is unpacked; a data set's files are compared
+with the fingerprints (inode, size, mtime, ctime: no one but root can set a ctime) recorded when it
+was last hashed, and hashed again if any differs. An entry whose bytes changed is removed and
+fetched again, so a task never gets altered code or data.
 
 Nothing is evicted yet: remove the directory to reclaim space while no task runs.
 """
@@ -27,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shoal import archives
+from shoal.agent import cache_integrity as integrity
+from shoal.agent.cache_integrity import file_sha256
 from shoal.protocol import DataMount, LaunchOrder, code_path, data_path
 
 log = logging.getLogger("shoal.agent")
@@ -40,13 +50,15 @@ class FetchError(Exception):
 
 
 class NodeCache:
-    def __init__(self, root: Path, download: Download) -> None:
+    def __init__(self, root: Path, download: Download, data_root: Path | None = None) -> None:
         self.root = root
+        self.data_root = data_root or root / "data"
         self.download = download
         self.downloads = 0  # blobs downloaded by this process (the tests read the log)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         shutil.rmtree(root / "tmp", ignore_errors=True)
+        shutil.rmtree(self.data_root / ".tmp", ignore_errors=True)
 
     def _lock(self, sha256: str) -> threading.Lock:
         with self._guard:
@@ -89,6 +101,9 @@ class NodeCache:
         assert order.code_hash is not None
         final = self.root / "code" / f"{order.code_hash}.tar.gz"
         with self._lock(order.code_hash):
+            if final.is_file() and file_sha256(final) != order.code_hash:
+                log.error("cached code %s was altered on this node: fetched again", final.name)
+                final.unlink()
             if not final.is_file():
                 fetched = self._fetch(code_path(order.attempt_id), order.code_hash, "code")
                 final.parent.mkdir(parents=True, exist_ok=True)
@@ -96,25 +111,37 @@ class NodeCache:
         return final
 
     def _data(self, attempt_id: str, mount: DataMount) -> Path:
-        final = self.root / "data" / mount.sha256
+        final = self.data_root / mount.sha256
+        seal = self.root / "seals" / f"{mount.sha256}.json"
         with self._lock(mount.sha256):
-            if final.exists():
-                return final
-            fetched = self._fetch(data_path(attempt_id, mount.sha256), mount.sha256, "data set")
-            final.parent.mkdir(parents=True, exist_ok=True)
-            if mount.kind == "dir":
-                unpacked = Path(tempfile.mkdtemp(dir=fetched.parent, prefix="unpack-"))
-                try:
-                    archives.extract(fetched, unpacked)
-                    _read_only(unpacked)
-                    os.replace(unpacked, final)
-                finally:
-                    fetched.unlink(missing_ok=True)
-                    shutil.rmtree(unpacked, ignore_errors=True)
-            else:
-                os.chmod(fetched, 0o444)
-                os.replace(fetched, final)
+            if final.exists() or final.is_symlink():
+                if integrity.intact(final, seal, mount.sha256 if mount.kind == "file" else None):
+                    return final
+                log.error("cached data set %s was altered on this node: fetched again", final.name)
+                integrity.discard(final, seal)
+            self._fill_data(attempt_id, mount, final)
+            integrity.seal(final, seal)
         return final
+
+    def _fill_data(self, attempt_id: str, mount: DataMount, final: Path) -> None:
+        """Fetch a data set into ``final``: readable by every task, writable by the agent only.
+        Fetched beside it (same filesystem, so the last step is a rename)."""
+        tmp = self.data_root / ".tmp"
+        fetched = fetch(tmp, self.download, data_path(attempt_id, mount.sha256), mount.sha256,
+                        "data set")  # fmt: skip
+        self.downloads += 1
+        if mount.kind == "dir":
+            unpacked = Path(tempfile.mkdtemp(dir=tmp, prefix="unpack-"))
+            try:
+                archives.extract(fetched, unpacked)
+                _read_only(unpacked)
+                os.replace(unpacked, final)
+            finally:
+                fetched.unlink(missing_ok=True)
+                shutil.rmtree(unpacked, ignore_errors=True)
+        else:
+            os.chmod(fetched, 0o444)
+            os.replace(fetched, final)
 
     def _fetch(self, path: str, sha256: str | None, what: str) -> Path:
         fetched = fetch(self.root / "tmp", self.download, path, sha256, what)
@@ -151,12 +178,16 @@ def fetch(tmp: Path, download: Download, path: str, sha256: str | None, what: st
 
 
 def _read_only(root: Path) -> None:
-    """Clear the write bits of the files of a cached directory tree (tasks share it through
-    links; its directories stay writable by the agent's user so it can be removed)."""
+    """Make a cached directory tree readable by every task and writable by none: its files
+    lose their write bits and may be read by all, its directories may be read and passed by
+    all (and stay writable by the agent's user, so it can be removed)."""
     for directory, _dirs, files in os.walk(root):
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o755)
         for name in files:
             path = Path(directory) / name
             if not path.is_symlink():
                 with contextlib.suppress(OSError):
                     mode = stat.S_IMODE(path.lstat().st_mode)
-                    path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+                    readable = mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+                    path.chmod(readable & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))

@@ -29,7 +29,11 @@ from pathlib import Path
 from shoal.protocol import TaskLimits
 
 ROOT = Path("/sys/fs/cgroup")
-V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "freezer")
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "freezer", "devices")
+# GPU device nodes: NVIDIA's major, a GPU's minor is its index (nvidiactl is 255, never denied);
+# a task may open only its own GPUs' (v1 ``devices.deny``; v2 needs a BPF program: not done)
+GPU_MAJOR = 195
+GPU_MINORS = range(64)
 CFS_PERIOD_US = 100_000
 KILL_ROUNDS = 200
 
@@ -114,6 +118,12 @@ class TaskCgroup:
             memory = "0"  # v2 limits swap on its own: none beyond memory
         if swap.exists():  # swap = memory (v1 counts memory+swap; v2 swap alone)
             writes["memory"].append((swap, memory))
+        if self.version == 1 and "devices" in self.dirs:
+            deny = self.dirs["devices"] / "devices.deny"
+            given = set(limits.gpu_indices)
+            writes["gpu-devices"] = [
+                (deny, f"c {GPU_MAJOR}:{minor} rwm") for minor in GPU_MINORS if minor not in given
+            ]
         refused: dict[str, str] = {}
         for limit, files in writes.items():
             for path, value in files:
@@ -305,6 +315,10 @@ class CgroupHost:
             return dict(self.unsupported)
         try:
             self.unsupported = cgroup.apply(limits)
+            if self.version == 2 or "devices" not in cgroup.dirs:
+                self.unsupported["gpu-devices"] = (
+                    "no v1 devices controller (v2 filters devices with BPF programs: not done)"
+                )
         finally:
             cgroup.remove()
             self.tidy()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from shoal.agent.cache import DATA_DIR
+from shoal.agent.task_users import TaskUser
 from shoal.protocol import LaunchOrder, fill_in
 
 SHELL = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
@@ -31,17 +32,25 @@ def fit_to_this_machine(inherited: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def contract_environment(order: LaunchOrder, workdir: Path) -> dict[str, str]:
+def contract_environment(
+    order: LaunchOrder, workdir: Path, user: TaskUser | None = None
+) -> dict[str, str]:
     """The job's env and the env contract, with the paths of this attempt: what a task gets in
-    either runtime (a container's image supplies the rest, such as PATH and HOME)."""
+    either runtime (a container's image supplies the rest, such as PATH). A task that runs as
+    its user gets that user's HOME (its own directory, or its account's), USER and LOGNAME."""
     env = dict(order.env)
     env["SHOAL_HOSTFILE"] = str(workdir / ".shoal" / "hostfile")
     env["SHOAL_WORKDIR"] = str(workdir)
     env["SHOAL_DATA_DIR"] = str(workdir / ".shoal" / DATA_DIR)
+    if user is not None:
+        env["HOME"] = user.home if user.home and os.path.isdir(user.home) else str(workdir)
+        env["USER"] = env["LOGNAME"] = user.name
     return env
 
 
-def process_environment(order: LaunchOrder, workdir: Path) -> dict[str, str]:
+def process_environment(
+    order: LaunchOrder, workdir: Path, user: TaskUser | None = None
+) -> dict[str, str]:
     """The submitter's variables if the job carries them, else the agent's minimal set with
     its own Python first on PATH; then the job's env and the env contract over them."""
     if order.inherited_env is not None:
@@ -51,7 +60,7 @@ def process_environment(order: LaunchOrder, workdir: Path) -> dict[str, str]:
         env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
         own_bin = str(Path(sys.executable).parent)
         env["PATH"] = f"{own_bin}:{os.environ.get('PATH', DEFAULT_PATH)}"
-    env.update(contract_environment(order, workdir))
+    env.update(contract_environment(order, workdir, user))
     env.setdefault("HOME", str(workdir))
     return env
 
@@ -66,16 +75,22 @@ def shell_argv(order: LaunchOrder, env: dict[str, str]) -> list[str]:
     return [SHELL, "-c", f'eval "unset {COMMAND_VARIABLE}; ${COMMAND_VARIABLE}"']
 
 
-def start_dir(order: LaunchOrder, private: Path, stderr: BinaryIO) -> Path:
-    """The directory the job was submitted from, for a job without code, if it exists here;
-    otherwise the task's private directory (said on the task's stderr)."""
+def start_dir(
+    order: LaunchOrder, private: Path, stderr: BinaryIO, user: TaskUser | None = None
+) -> Path:
+    """The directory the job was submitted from, for a job without code, if it exists here
+    (and the task's user may enter it); otherwise the task's private directory (said on the
+    task's stderr)."""
     if order.workdir is None or order.has_code:
         return private
     wanted = Path(order.workdir)
-    if wanted.is_dir():
+    if wanted.is_dir() and (user is None or user.can_enter(wanted)):
         return wanted
+    why = "does not exist on this node"
+    if wanted.is_dir():
+        why = f"may not be entered by the task's user (uid {user.uid if user else '?'})"
     stderr.write(
-        f"shoal: {wanted}, where the job was submitted from, does not exist on this node; "
+        f"shoal: {wanted}, where the job was submitted from, {why}; "
         f"the task starts in {private}\n".encode()
     )
     stderr.flush()

@@ -79,6 +79,7 @@ class TaskLimiter:
         }
         if limits.shm_mib is not None:
             wanted["shm"] = f"/dev/shm {limits.shm_mib} MiB"
+        wanted["gpu-devices"] = "GPU devices (only its own GPUs' device files)"
         refused = {**self.unsupported, **runtime_refused}
         lines = [
             f"shoal: this node cannot enforce the task's {text} limit: {refused[limit]}\n"

@@ -45,6 +45,8 @@ from shoal.agent.renewal import CertificateRenewer
 from shoal.agent.resources import NodeSpec, open_nvml
 from shoal.agent.runner import Runner, default_runtimes
 from shoal.agent.shipper import LogShipper
+from shoal.agent.task_users import TaskUsers
+from shoal.agent.workspace import Workspace
 from shoal.protocol import (
     MISMATCH_STATUS,
     PROTOCOL_HEADER,
@@ -92,7 +94,13 @@ class AgentHomeInUse(RuntimeError):
 
 class Agent:
     def __init__(
-        self, connection: Connection, home: Path, nodes: list[NodeSpec], agent_id: str
+        self,
+        connection: Connection,
+        home: Path,
+        nodes: list[NodeSpec],
+        agent_id: str,
+        task_users: TaskUsers | None = None,
+        task_root: Path | None = None,
     ) -> None:
         self.connection = connection  # bearer token (local mode) or mutual TLS (joined node)
         self.server = connection.server
@@ -101,9 +109,11 @@ class Agent:
         self.agent_id = agent_id
         self._file_client = self._client(60.0)  # code and data downloads (streamed)
         images = ImageStore(home, self._download)  # pushed images, loaded into podman on use
-        self.runner = Runner(
-            home, NodeCache(home / "cache", self._download), default_runtimes(home, images)
-        )
+        # where tasks' files live, and as whom tasks run (docs/security.md)
+        workspace = Workspace(home, task_users or TaskUsers.default(), task_root)
+        cache = NodeCache(home / "cache", self._download, workspace.data)
+        self.runner = Runner(home, cache, default_runtimes(home, images), workspace=workspace)
+        log.info("%s", workspace.users.describe())
         self.shipper = LogShipper(self.runner, self._upload_logs)
         self.metrics = NodeSampler(self.runner.live_usage, open_nvml())  # sent with reports
         self.exec_relays = ExecRelays(self.runner, connection)  # `shoal job exec`, terminals
@@ -222,6 +232,7 @@ class Agent:
         except (httpx.HTTPError, ProtocolMismatch):
             pass
         self._save_unreported()
+        self.runner.workspace.close()
         self.stopping.set()
         self.report_now.set()
         if self.renewer is not None:

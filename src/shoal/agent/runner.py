@@ -9,7 +9,6 @@ so an agent started again on the same home re-adopts the attempts still running 
 from __future__ import annotations
 
 import logging
-import shutil
 import signal
 import subprocess
 import threading
@@ -39,6 +38,8 @@ from shoal.agent.processes import (
 from shoal.agent.runtimes import Launch, LaunchRefused, Runtime, TaskSetup
 from shoal.agent.runtimes.container import ContainerRuntime, ImageSource, LocalImages
 from shoal.agent.runtimes.process import ProcessRuntime, shm_unsupported
+from shoal.agent.task_users import TaskUsers
+from shoal.agent.workspace import Workspace
 from shoal.protocol import ExitReport, LaunchOrder, RunningReport
 
 log = logging.getLogger("shoal.agent")
@@ -66,8 +67,12 @@ class Runner:
         cache: NodeCache,
         runtimes: dict[str, Runtime] | None = None,
         limiter: TaskLimiter | None = None,
+        workspace: Workspace | None = None,
     ) -> None:
         self.home = home
+        self.workspace = workspace or Workspace(home, TaskUsers("agent"))
+        self.workspace.open()
+        self.users = self.workspace.users  # whose identity each task runs under
         self.cache = cache  # code archives and data sets, by sha256
         self.runtimes = runtimes if runtimes is not None else default_runtimes(home)
         self.limiter = limiter if limiter is not None else TaskLimiter(home)
@@ -102,8 +107,9 @@ class Runner:
                     ),
                 )
                 return
-            base = self.home / "work" / order.job_id / f"{order.role}-{order.index}"
-            attempt = Attempt(order, base / order.attempt_id, base / f"{order.attempt_id}.logs")
+            paths = self.workspace.attempt_paths(order.job_id, order.role, order.index,
+                                                 order.attempt_id)  # fmt: skip
+            attempt = Attempt(order, *paths)
             self.attempts[order.attempt_id] = attempt
             self.journal.save(attempt.saved())  # before it starts: a restart finds it either way
             self._launching += 1
@@ -189,9 +195,8 @@ class Runner:
         runtime = self.runtimes.get(order.runtime)
         if runtime is None:
             raise LaunchRefused(f"this agent has no {order.runtime} runtime")
-        if attempt.workdir.exists():
-            shutil.rmtree(attempt.workdir)
-        attempt.workdir.mkdir(parents=True)
+        user = self.users.for_order(order)  # LaunchRefused: no identity for it here
+        self.workspace.make_attempt_dir(attempt.workdir)
         attempt.log_dir.mkdir(parents=True, exist_ok=True)
         if order.has_code:
             self.cache.unpack_code(order, attempt.workdir)
@@ -199,10 +204,11 @@ class Runner:
         meta.mkdir(exist_ok=True)
         self.cache.data_dir(order, attempt.workdir)  # $SHOAL_DATA_DIR, fetched first
         (meta / "hostfile").write_text(order.hostfile)
+        self.workspace.hand_over(attempt.workdir, user)
         if order.runtime == "process":
-            env = process_environment(order, attempt.workdir)
+            env = process_environment(order, attempt.workdir, user)
         else:
-            env = contract_environment(order, attempt.workdir)
+            env = contract_environment(order, attempt.workdir, user)
         attempt_dir = self.journal.dir(attempt.attempt_id)
         if order.limits is not None:
             attempt.cgroup = self.limiter.create(attempt.attempt_id, order.limits, attempt_dir)
@@ -215,12 +221,13 @@ class Runner:
             attempt.setup = TaskSetup(
                 order=order,
                 workdir=attempt.workdir,
-                start_dir=start_dir(order, attempt.workdir, err),
+                start_dir=start_dir(order, attempt.workdir, err, user),
                 attempt_dir=attempt_dir,
                 env=env,
                 shell_argv=shell_argv(order, env),
                 cgroup=attempt.cgroup,
-                data_root=self.cache.root,
+                data_root=self.cache.data_root,
+                user=user,
             )
             launch = runtime.prepare(attempt.setup)
             grace, lease = order.kill_grace_s, self.journal.lease_path
@@ -464,6 +471,7 @@ class Runner:
                 if attempt is not None and attempt.exit is not None:
                     del self.attempts[attempt_id]
                     self.journal.forget(attempt_id)
+                    self.workspace.remove_attempt(attempt.workdir, attempt.log_dir)
 
     def stop_all(self, grace: float) -> None:
         """Stop every task (agent shutdown): SIGTERM, wait up to ``grace``, then SIGKILL. Each

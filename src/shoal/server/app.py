@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -65,6 +67,7 @@ def prepare(settings: ServerSettings) -> ServerContext:
     files exist. Raises ``FencingError`` when the node timeout leaves no room for a lease."""
     settings.check_fencing()
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _keep_private(settings.home)
     db = Database(settings.database_url or sqlite_url(settings.home))
     db.migrate()
     ctx = ServerContext(settings=settings, db=db)
@@ -75,6 +78,15 @@ def prepare(settings: ServerSettings) -> ServerContext:
         ensure_token_file(db, settings.home / KUBERNETES_TOKEN_FILE, "kubernetes", ctx.clock())
     BlobStore(settings.blobs_dir).clear_partial()  # uploads a previous run did not finish
     return ctx
+
+
+def _keep_private(home: Path) -> None:
+    """The home (tokens, store, CA key, blobs) is the server's user's alone, whatever made it:
+    mode 0700 (docs/security.md). A home of another owner is left as it is (and said)."""
+    if home.stat().st_uid != os.geteuid():
+        log.warning("%s belongs to another user: its mode is left as it is", home)
+        return
+    os.chmod(home, 0o700)
 
 
 def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:

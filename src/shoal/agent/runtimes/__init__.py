@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from shoal.agent.cgroups import TaskCgroup
 from shoal.protocol import LaunchOrder
+
+if TYPE_CHECKING:
+    from shoal.agent.task_users import TaskUser
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,7 @@ class TaskSetup:
     shell_argv: list[str]  # the command as the process runtime runs it (``bash -c ...``)
     cgroup: TaskCgroup | None  # None: this node cannot limit tasks (said on the task's stderr)
     data_root: Path  # the node's data set cache, which the data links point into
+    user: TaskUser | None = None  # whose identity it runs under (None: the agent's own)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,9 @@ has a CDI spec for them), and the cgroup: podman runs with ``--cgroups disabled`
 task's cgroup, so the same limits, usage and OOM accounting apply. Where the node cannot make
 cgroups, podman's own ``--cpus/--memory/--pids-limit`` hold the task instead.
 
+A task that runs as its user (shoal.agent.task_users) runs as that uid and gid in the container
+(``--user``), with no capabilities and ``no-new-privileges``; ``shoal job exec`` into it too.
+
 podman never pulls (``--pull never``): images come from ``shoal image push`` (the agent loads
 them, shoal.agent.images), so no registry is reached at run time.
 """
@@ -128,7 +131,7 @@ class ContainerRuntime:
             options += _podman_limits(limits)
         for path, mode in _mounts(setup):
             options += ["--volume", f"{path}:{path}:{mode}"]
-        options += ["--workdir", str(setup.start_dir)]
+        options += ["--workdir", str(setup.start_dir), *_identity(setup)]
         for key, value in setup.env.items():
             options += ["--env", f"{key}={value}"]
         if limits is not None:
@@ -157,6 +160,8 @@ class ContainerRuntime:
         assert self.podman is not None
         name = container_name(self.instance, setup.order.attempt_id)
         flags = ["--interactive", "--tty"] if tty else ["--interactive"]
+        if setup.user is not None:
+            flags += ["--user", f"{setup.user.uid}:{setup.user.gid}"]
         run = [self.podman, "exec", *flags, "--workdir", str(setup.start_dir), name, *argv]
         return Launch(argv=run, env=_podman_env(), cwd=self.scratch)
 
@@ -181,8 +186,23 @@ def _command(setup: TaskSetup) -> str:
     secret = setup.workdir / ".shoal" / "command"
     fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
+        if setup.user is not None:
+            os.fchown(handle.fileno(), setup.user.uid, setup.user.gid)
         handle.write(fill_in(order.command, order.secrets))
     return f'shoal_command=$(cat {secret}); rm -f {secret}; eval "$shoal_command"'
+
+
+def _identity(setup: TaskSetup) -> list[str]:
+    """The task's user (shoal.agent.task_users) as the container's, with no capabilities and
+    no way to gain privileges (setuid files in the image do not raise them)."""
+    user = setup.user
+    if user is None:
+        return []
+    options = ["--user", f"{user.uid}:{user.gid}", "--cap-drop", "all"]
+    options += ["--security-opt", "no-new-privileges"]
+    for group in user.groups:
+        options += ["--group-add", str(group)]
+    return options
 
 
 def _mounts(setup: TaskSetup) -> list[tuple[Path, str]]:

@@ -3,7 +3,8 @@
 ``/dev/shm`` is the host's unless the role asks for a size (OpenPAI ``shmMB``, native
 ``resources.shm``): then the command gets a private mount namespace with its own tmpfs of that
 size on /dev/shm (``unshare --mount``, which needs root; the node reports ``shm`` unsupported
-otherwise).
+otherwise). A task that runs as its user (shoal.agent.task_users) switches to it last, with
+``setpriv`` right in front of its command.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def shm_unsupported() -> str | None:
     return None
 
 
+def _as_user(setup: TaskSetup, argv: list[str]) -> list[str]:
+    """``argv`` under the task's identity (``setpriv``, after the keeper or the exec shim has
+    put it in the task's cgroup, and after a private /dev/shm was mounted), if it has one."""
+    return argv if setup.user is None else [*setup.user.setpriv_argv(), *argv]
+
+
 class ProcessRuntime:
     name = "process"
 
@@ -55,7 +62,7 @@ class ProcessRuntime:
         return {"shm": self.shm_refused} if self.shm_refused is not None else {}
 
     def prepare(self, setup: TaskSetup) -> Launch:
-        argv = setup.shell_argv
+        argv = _as_user(setup, setup.shell_argv)
         limits = setup.order.limits
         if limits is not None and limits.shm_mib is not None and self.shm_refused is None:
             argv = shm_wrapped(argv, limits.shm_mib)
@@ -67,7 +74,7 @@ class ProcessRuntime:
 
     def exec_argv(self, setup: TaskSetup, argv: list[str], tty: bool) -> Launch:
         join = setup.cgroup.procs_files if setup.cgroup is not None else []
-        return Launch(argv=argv, env=setup.env, cwd=setup.start_dir, join=join)
+        return Launch(argv=_as_user(setup, argv), env=setup.env, cwd=setup.start_dir, join=join)
 
     def exit_signal(self, exit_code: int) -> int | None:
         return None  # the keeper saw the signal itself

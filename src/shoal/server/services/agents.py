@@ -37,7 +37,7 @@ from shoal.server.services.reports import apply_report, node_epochs
 from shoal.server.services.snapshot import spec_of
 from shoal.spec.model import Resources, Runtime, SourceFormat
 from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
-from shoal.store.models import Job, Node, Task
+from shoal.store.models import Job, Node, Task, User
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 LOST = "its tasks are lost"
@@ -75,6 +75,7 @@ _ACTIVE_ON_NODES = select(
 
 _JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True)))
 _GANGS = select(Task).where(Task.job_id.in_(bindparam("ids", expanding=True)))
+_USER_NUMBERS = select(User.name, User.id).where(User.name.in_(bindparam("names", expanding=True)))
 
 
 def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
@@ -103,13 +104,18 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
                 tasks[peer.id] = peer
                 gangs.setdefault((peer.job_id, peer.job_attempt), []).append(peer)
             epochs = node_epochs(session, request.nodes)
+            names = sorted({j.user for j in jobs.values()})
+            rows = session.execute(_USER_NUMBERS, {"names": names}).tuples()
+            numbers: dict[str, int] = dict(rows.all())
             for row in new:
                 task = tasks[row.id]
                 peers = sorted(gangs[(task.job_id, task.job_attempt)], key=lambda t: t.id)
                 epoch = epochs.get(task.node, 0)
                 job = jobs[task.job_id]
                 parent = jobs.get(job.array_job_id) if job.array_job_id else None
-                launch.append(_launch_order(ctx, job, task, peers, epoch, parent))
+                order = _launch_order(ctx, job, task, peers, epoch, parent)
+                order.owner_number = numbers.get(job.user)
+                launch.append(order)
     return OrdersResponse(launch=launch, kill=kill, exec=ctx.exec_hub.take(request.nodes))
 
 
@@ -154,6 +160,7 @@ def _launch_order(
         limits=_limits(task, spec.role(task.role).resources),
         image=image_ref_for(job, task.role),
         image_name=spec.role(task.role).image,
+        owner=job.user,
     )
 
 
