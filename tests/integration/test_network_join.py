@@ -280,6 +280,46 @@ def test_expired_used_up_revoked_and_unknown_tokens_are_refused(network: Network
         assert not (network.root / node / "identity" / "node.crt").exists()
 
 
+def test_join_reads_the_token_from_a_file_or_the_environment(network: Network) -> None:
+    """Not on the command line, where the host's other users see it in `ps` (issue #24)."""
+    line = network.join_line("--ttl", "10m", "--uses", "2")
+    token = line.pop(line.index("--token") + 1)
+    line.remove("--token")
+    token_file = network.root / "join.token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    joined = network.join("tf1", line, "--token-file", str(token_file))
+    assert joined.returncode == 0, joined.stderr
+    assert "node tf1 joined" in joined.stdout
+    # a server on loopback: the node's peers are on this machine too
+    assert "advertising 127.0.0.1 (the server is on this machine, on loopback" in joined.stdout
+    identity = json.loads((network.root / "tf1" / "identity" / "identity.json").read_text())
+    assert identity["address"] == "127.0.0.1"
+    from_env = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shoal",
+            *line,
+            "--name",
+            "te1",
+            "--home",
+            str(network.root / "te1"),
+        ],
+        env={**network.env, "SHOAL_JOIN_TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert from_env.returncode == 0, from_env.stderr
+    assert (network.root / "te1" / "identity" / "node.crt").exists()
+    # the token's two uses are spent: the server saw it both times
+    token_id = token.split(".")[1]
+    (listed,) = [t for t in network.admin.join_tokens() if t["id"] == token_id]
+    assert listed["uses"] == 2
+
+
 def test_whoami_verifies_an_https_server_against_the_pinned_ca(network: Network) -> None:
     """whoami connects as `node list` does: through the context's --ca, or $SHOAL_CA."""
     pinned_by_env = {**network.env, "SHOAL_URL": network.url, "SHOAL_CA": str(network.ca),

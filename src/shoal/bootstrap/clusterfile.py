@@ -77,8 +77,16 @@ class HostEntry(BaseModel):
     memory: int | str | None = None
     gpus: int | None = Field(None, ge=0, le=64)
     port_base: int | None = Field(None, ge=1024, le=64000)  # first of the node's 1,000 task ports
+    # where its peers reach its tasks; None: what `shoal agent join` picks on the host (the
+    # address the host reaches the server from)
+    advertise_address: str | None = None
 
     _check_address = field_validator("address")(_address)
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _advertise_address(cls, value: str | None) -> str | None:
+        return None if value is None else _address(value)
 
     @field_validator("name")
     @classmethod
@@ -165,6 +173,7 @@ class HostPlan:
     gpus: int | None
     port_base: int | None
     key_field: str  # where key_file came from: `hosts[i].key_file` or `ssh.key_file`
+    advertise_address: str | None = None  # None: `shoal agent join` picks it on the host
 
     @property
     def field(self) -> str:
@@ -279,6 +288,7 @@ def _resolve(document: ClusterDocument, path: Path) -> Cluster:
             gpus=host.gpus,
             port_base=host.port_base,
             key_field=f"hosts[{index}].key_file" if host.key_file else "ssh.key_file",
+            advertise_address=host.advertise_address,
         )
         for index, host in enumerate(document.hosts)
     )

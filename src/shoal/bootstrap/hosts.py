@@ -8,6 +8,7 @@ On each host, under the install directory::
     installed       sha256 of the shoal wheel installed in venv/ (same: not reinstalled)
     home/           the agent's home: identity/ (from `shoal agent join`) and task files
     joined          the node name, written once `shoal agent join` succeeded
+    join.token      the join token (0600) while `shoal agent join` runs, then removed
     agent.pid       pid and start time of `shoal agent run` (started detached)
     agent.log       its output
 
@@ -187,9 +188,18 @@ async def _install(
     )
 
 
-def join_arguments(host: HostPlan, server_url: str, token: str, agent_home: str) -> list[str]:
-    args = ["agent", "join", server_url, "--token", token, "--name", host.name]
-    args += ["--address", host.address, "--home", agent_home]
+JOIN_TOKEN_FILE = "join.token"
+
+
+def join_arguments(host: HostPlan, server_url: str, token_file: str, agent_home: str) -> list[str]:
+    """``shoal agent join``'s arguments: the token is read from ``token_file`` (never on the
+    command line, where the host's other users would see it in ``ps``); the address the node
+    advertises is the cluster file's ``advertise_address``, else join's own choice (the address
+    the host reaches the server from)."""
+    args = ["agent", "join", server_url, "--token-file", token_file, "--name", host.name]
+    args += ["--home", agent_home]
+    if host.advertise_address is not None:
+        args += ["--address", host.advertise_address]
     if host.labels:
         args += ["--labels", host.label_arg]
     if host.cpus is not None:
@@ -203,18 +213,35 @@ def join_arguments(host: HostPlan, server_url: str, token: str, agent_home: str)
     return args
 
 
+def join_command(layout: Layout, host: HostPlan, server_url: str) -> str:
+    """The shell line that joins the host with the token in ``INSTALL/join.token`` (put there
+    beforehand, 0600) and removes that file whatever the join did, keeping the join's status."""
+    token_file = layout.path(JOIN_TOKEN_FILE)
+    args = join_arguments(host, server_url, token_file, layout.path("home"))
+    join = " ".join([layout.shoal, *(shlex.quote(a) for a in args)])
+    script = f"{join}; rc=$?; rm -f {shlex.quote(token_file)}; exit $rc"
+    return f"sh -c {shlex.quote(script)}"  # POSIX sh, whatever the SSH user's shell is
+
+
 async def _join(
     session: HostSession, layout: Layout, host: HostPlan, server: LocalServer, say: Say
 ) -> None:
     token = str(await _in_thread("join", server.join_token))
     server_url = f"https://{server.address}:{server.port}"
-    args = join_arguments(host, server_url, token, layout.path("home"))
-    command = " ".join([layout.shoal, *(shlex.quote(a) for a in args)])
-    done = await session.run(command, timeout_s=120.0)
+    token_file = layout.path(JOIN_TOKEN_FILE)
+    try:
+        await session.put_secret("join", token + "\n", token_file)
+        done = await session.run(join_command(layout, host, server_url), timeout_s=120.0)
+    finally:  # the command removes it; this is for a join that timed out or a lost connection
+        await session.remove_quietly(token_file)
     if not done.ok:
         raise StepFailed("join", f"`shoal agent join` exited {done.exit_status}:\n{done.tail()}")
     await session.must("join", f"echo {shlex.quote(host.name)} > {layout.q('joined')}")
-    say(host, f"join: node {host.name} joined {server_url}")
+    advertising = next(
+        (line for line in done.stdout.splitlines() if line.startswith("advertising ")), None
+    )
+    said = f"; {advertising}" if advertising else ""
+    say(host, f"join: node {host.name} joined {server_url}{said}")
 
 
 async def _start_agent(session: HostSession, layout: Layout, say: Say, host: HostPlan) -> int:

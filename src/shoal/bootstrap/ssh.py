@@ -9,6 +9,7 @@ connects is exactly what the cluster file says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +163,26 @@ class HostSession:
                 await sftp.posix_rename(remote + ".part", remote)
                 sent += 1
         return sent
+
+    async def put_secret(self, step: str, text: str, remote: str) -> None:
+        """Write ``text`` to the file ``remote`` on the host, created anew with mode 0600 (only
+        the SSH user reads it) over SFTP: a secret never goes on a command line there."""
+        try:
+            async with self._conn.start_sftp_client() as sftp:
+                with contextlib.suppress(asyncssh.SFTPNoSuchFile):
+                    await sftp.remove(remote)
+                attrs = asyncssh.SFTPAttrs(permissions=0o600)
+                async with sftp.open(remote, "x", attrs=attrs) as file:
+                    await file.write(text)
+                await sftp.chmod(remote, 0o600)  # whatever the server made of the attributes
+        except (asyncssh.Error, OSError) as exc:
+            raise StepFailed(step, f"cannot write {remote} on the host: {exc}") from None
+
+    async def remove_quietly(self, remote: str) -> None:
+        """Remove ``remote`` on the host if it is there; never raises."""
+        with contextlib.suppress(asyncssh.Error, OSError):
+            async with self._conn.start_sftp_client() as sftp:
+                await sftp.remove(remote)
 
     # ---- one detached process, by pid file ----
 

@@ -4,7 +4,9 @@ no subcommand is still the local-mode agent ``shoal up`` starts (a bearer token)
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from pathlib import Path
 
 import typer
@@ -36,7 +38,7 @@ def local_agent(
     memory: str | None = typer.Option(None, "--memory", hidden=True),
     gpus: int | None = typer.Option(None, "--gpus", min=0, max=64, hidden=True),
     gpu_type: str | None = typer.Option(None, "--gpu-type", hidden=True),
-    address: str = typer.Option("127.0.0.1", "--address", hidden=True),
+    address: str | None = typer.Option(None, "--address", hidden=True),
     port_base: int = typer.Option(20000, "--port-base", min=1024, max=64000, hidden=True),
     grace: float = typer.Option(10.0, "--grace", hidden=True),
     node_prefix: str = typer.Option("node", "--node-prefix", hidden=True),
@@ -79,18 +81,60 @@ def _labels(text: str | None) -> dict[str, str]:
     return labels
 
 
+JOIN_TOKEN_ENV = "SHOAL_JOIN_TOKEN"
+
+
+def join_token_text(token: str | None, token_file: Path | None) -> tuple[str, str]:
+    """The join token and where it came from: ``--token``, ``--token-file`` (``-``: standard
+    input) or ``$SHOAL_JOIN_TOKEN``, in that order; exactly one of the first two, if any."""
+    if token is not None and token_file is not None:
+        raise fail("give the join token once: --token or --token-file, not both")
+    if token is not None:
+        return token.strip(), "--token"
+    if token_file is not None:
+        where = f"--token-file {token_file}"
+        try:
+            text = sys.stdin.read() if str(token_file) == "-" else token_file.read_text()
+        except OSError as exc:
+            raise fail(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        if not text.strip():
+            raise fail(f"{where}: the file is empty; it should hold the join token")
+        return text.strip(), where
+    text = os.environ.get(JOIN_TOKEN_ENV, "").strip()
+    if text:
+        return text, f"${JOIN_TOKEN_ENV}"
+    raise fail(
+        "no join token: give the one `shoal node token create` made with --token-file FILE, "
+        f"${JOIN_TOKEN_ENV} or --token (which other users of this host see in `ps`)"
+    )
+
+
 @agent_app.command("join")
 def join(
     server: str = typer.Argument(..., help="The server, https://SERVER:PORT."),
-    token: str = typer.Option(
-        ..., "--token", help="The join token `shoal node token create` made."
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        help="The join token `shoal node token create` made. Other users of this host see it "
+        f"in `ps` while join runs: prefer --token-file or ${JOIN_TOKEN_ENV}.",
+    ),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        help=f"A file holding the join token ('-': standard input). Without it or --token, "
+        f"${JOIN_TOKEN_ENV} holds it.",
     ),
     name: str | None = typer.Option(None, "--name", help="The node's name (default: hostname)."),
     labels: str | None = typer.Option(None, "--labels", help="k=v,k2=v2"),
     cpus: float | None = typer.Option(None, "--cpus", min=0.001, help="Cores (default: all)."),
     memory: str | None = typer.Option(None, "--memory", help="MiB or 4Gi (default: all)."),
     gpus: int | None = typer.Option(None, "--gpus", min=0, max=64, help="Default: NVML's count."),
-    address: str = typer.Option("127.0.0.1", "--address", help="Address peers reach tasks at."),
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        help="Address peers reach this node's tasks at (default: the address this host uses "
+        "to reach the server; 127.0.0.1 for a server on loopback).",
+    ),
     port_base: int = typer.Option(
         20000, "--port-base", min=1024, max=64000, help="First of 1,000 task ports."
     ),
@@ -98,6 +142,7 @@ def join(
 ) -> None:
     """Join a server on the network: check its CA against the token, get this node's
     certificate (its key never leaves this machine). Then run `shoal agent run`."""
+    from shoal.agent.address import AddressError, advertised_address
     from shoal.agent.identity import Identity, JoinError
     from shoal.agent.identity import join as join_server
     from shoal.agent.resources import hostname
@@ -105,13 +150,18 @@ def join(
 
     if not server.startswith("https://"):
         raise fail(f"{server!r}: a server on the network is https://SERVER:PORT")
+    text, source = join_token_text(token, token_file)
     try:
-        parsed = JoinToken.parse(token)
+        parsed = JoinToken.parse(text)
     except BadJoinToken as exc:
-        raise fail(f"--token: {exc}") from None
+        raise fail(f"{source}: {exc}") from None
     node = name or hostname().split(".")[0]
     if not NODE_NAME_PATTERN.match(node):
         raise fail(f"node name {node!r}: {NODE_NAME_HINT}; give one with --name")
+    try:
+        advertised = advertised_address(server, address)
+    except AddressError as exc:
+        raise fail(str(exc)) from None
     home = home.expanduser().resolve()
     identity = Identity(
         home=str(home),
@@ -121,7 +171,7 @@ def join(
         cpus=cpus,
         memory_mib=memory_option_mib(memory),
         gpus=gpus,
-        address=address,
+        address=advertised.address,
         port_base=port_base,
     )
     if identity.files.settings.exists():
@@ -138,6 +188,7 @@ def join(
         f"{identity.files.directory} (mode 0600)",
         markup=False,
     )
+    console.print(advertised.sentence(), markup=False, highlight=False)
     console.print(f"next: shoal agent run --home {home}", markup=False, highlight=False)
 
 

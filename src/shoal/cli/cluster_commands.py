@@ -354,7 +354,12 @@ def agent(
     memory: str | None = typer.Option(None, "--memory"),
     gpus: int | None = typer.Option(None, "--gpus", min=0, max=64),
     gpu_type: str | None = typer.Option(None, "--gpu-type"),
-    address: str = typer.Option("127.0.0.1", "--address", help="Address peers reach tasks at."),
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        help="Address peers reach tasks at (default: the address this host uses to reach the "
+        "server; 127.0.0.1 for a server on loopback).",
+    ),
     port_base: int = typer.Option(
         20000, "--port-base", min=1024, max=64000, help="First task port (1,000 per node)."
     ),
@@ -364,25 +369,31 @@ def agent(
     ),
 ) -> None:
     """Run an agent in the foreground (what `shoal up` starts)."""
+    from shoal.agent.address import AddressError, advertised_address
     from shoal.agent.identity import Connection
     from shoal.agent.main import Agent, AgentHomeInUse
     from shoal.agent.resources import hostname, local_nodes
 
     if not token_file.exists():
         raise fail(f"token file {token_file} does not exist")
+    try:
+        advertised = advertised_address(server_url, address)
+    except AddressError as exc:
+        raise fail(str(exc)) from None
     specs = local_nodes(
         nodes,
         cpus,
         memory_option_mib(memory),
         gpus,
         gpu_type,
-        address,
+        advertised.address,
         node_prefix,
         port_base=port_base,
     )
     home.mkdir(parents=True, exist_ok=True)
     connection = Connection.bearer(server_url, token_file.read_text().strip())
     running = Agent(connection, home, specs, f"{hostname()}:{home}")
+    err_console.print(f"agent: {advertised.sentence()}", markup=False, highlight=False)
     signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
     signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
     try:
