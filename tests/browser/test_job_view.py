@@ -81,14 +81,27 @@ def test_a_pasted_files_plan_is_stale_and_submit_waits_until_it_is_checked(
     page = watched.page
     submit_button = _submit_page(watched, admin_token)
     validation = page.locator("[data-testid=validation]")
-    expect(validation).to_have_attribute("data-stale", "false")
+    # the server's answers about the new text are held back until the stale state was seen
+    held: list[object] = []
+
+    def hold(route: object) -> None:
+        held.append(route)
+
+    page.route("**/api/v1/jobs/check", hold)
     page.locator(".cm-content").click()
     page.keyboard.press("Control+A")
     page.keyboard.insert_text(job_file("pasted-job", "echo pasted"))
-    # at once: the template's plan is marked stale and Submit waits
-    expect(submit_button).to_be_disabled(timeout=300)
-    expect(validation).to_have_attribute("data-stale", "true", timeout=300)
-    page.locator("[data-testid=checking]").wait_for(timeout=300)
+    # the template's plan is marked stale and Submit waits, also once the check is asked
+    expect(submit_button).to_be_disabled()
+    expect(validation).to_have_attribute("data-stale", "true")
+    page.locator("[data-testid=checking]").wait_for()
+    expect(page.locator("[data-testid=plan]")).to_contain_text("hello-shoal")  # the old one
+    page.wait_for_timeout(1000)  # past the half second after the last keystroke: it was asked
+    assert held, "the page did not ask the server to check the new text"
+    expect(submit_button).to_be_disabled()
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/v1/jobs/check")
     # then the new text's plan, and Submit again
     expect(validation).to_have_attribute("data-stale", "false")
     expect(page.locator("[data-testid=plan]")).to_contain_text("pasted-job")
