@@ -97,13 +97,15 @@ def _interpreter_reachable() -> bool:
 
 @pytest.fixture(autouse=True)
 def _passable_tmp_path(request: pytest.FixtureRequest) -> None:
-    """A test's temporary directory (and those above it) may be passed by its tasks, which run
-    as their users: as a user's own directories are, for the tasks they submit from there."""
+    """A test's temporary directory is like /tmp (sticky, anyone may create files in it) and
+    those above it may be passed: the test's tasks run as their users, and write there as a
+    user's tasks write to the directories their user gives them."""
     if "tmp_path" not in request.fixturenames:
         return
     path: Path = request.getfixturevalue("tmp_path")
+    path.chmod(0o1777)
     top = Path(tempfile.gettempdir())
-    for directory in [path, *path.parents]:
+    for directory in path.parents:
         if directory == top or directory.stat().st_uid != os.geteuid():
             break
         with contextlib.suppress(OSError):

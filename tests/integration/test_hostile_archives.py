@@ -170,9 +170,9 @@ def test_unpacking_naively_never_writes_outside_the_target(tmp_path: Path, case:
     archive = tmp_path / "bad.tar.gz"
     archive.write_bytes(tar_bytes(*members))
     target = tmp_path / "a" / "b" / "task"
-    if case == "absolute":  # the filter takes the leading '/' off: it lands inside
+    if case == "absolute" and archives.HAS_FILTERS:  # the filter takes the leading '/' off
         archives.extract(archive, target)
-        assert (target / "tmp" / MARKER).is_file()
+        assert (target / "tmp" / MARKER).is_file()  # it lands inside
     else:
         with pytest.raises((archives.ArchiveError, OSError)):
             archives.extract(archive, target)
