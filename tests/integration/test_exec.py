@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from shoal.agent.runtimes.container import podman_problem
+from shoal.agent.task_users import TaskUsers
 from shoal.local.supervisor import stop_local
 from tests.agent.limits_helpers import cgroups_refused
 from tests.envs import is_user_setting
@@ -88,6 +89,7 @@ def test_a_command_runs_in_the_task_and_its_exit_code_is_the_clis(
         local, "job", "exec", job_id, "--task", "side/0", "--", "sh", "-c", "echo $SHOAL_TASK_ROLE"
     )
     assert side.returncode == 0 and side.stdout == "side\n", side.stderr
+    _runs_as_the_tasks_user(local, job_id)
     piped = subprocess.run(
         [*SHOAL, "job", "exec", "-i", job_id, "--", "wc", "-c"],
         input="twelve bytes", capture_output=True, text=True, env=cli_env(local), timeout=60,
@@ -249,6 +251,7 @@ def test_a_command_runs_in_a_container_task(local: LocalCluster) -> None:
     assert done.returncode == 5, done.stderr
     role, directory, first = done.stdout.splitlines()
     assert (role, directory, first.replace("\0", " ").strip()) == ("main", workdir, "sleep 300")
+    _runs_as_the_tasks_user(local, job_id)
 
     cli = subprocess.Popen(
         [*SHOAL, "job", "exec", job_id, "--",
@@ -282,3 +285,12 @@ def test_a_server_on_the_network_relays_to_an_agent_with_a_node_certificate(
     done = network.shoal("job", "exec", job_id, "--", "sh", "-c", "echo on-$SHOAL_NODE_NAME")
     assert done.returncode == 0 and done.stdout == f"on-{worker}\n", done.stderr
     assert network.admin.stop(job_id)
+
+
+def _runs_as_the_tasks_user(local: LocalCluster, job_id: str) -> None:
+    """The exec'd command has the task's own uid (docs/security.md), never the agent's."""
+    task = shoal(local, "job", "exec", job_id, "--", "sh", "-c", "id -u; stat -c %u .")
+    assert task.returncode == 0, task.stderr
+    uid, owner = task.stdout.split()
+    if TaskUsers.default().separate:
+        assert int(uid) != os.geteuid() and uid == owner, task.stdout

@@ -25,6 +25,7 @@ import pytest
 
 from shoal.client import ShoalClient, ShoalError, UntrustedServer
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
+from tests.envs import is_user_setting
 from tests.integration.conftest import port_base
 
 PROTOCOL = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
@@ -135,7 +136,7 @@ def _stop(process: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
 def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
     root = tmp_path_factory.mktemp("network")
     home = root / "server"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
     env.update(SHOAL_CONFIG=str(root / "config.yaml"), SHOAL_HOME=str(root / "shoal-home"))
     port = free_port()
     url = f"https://127.0.0.1:{port}"

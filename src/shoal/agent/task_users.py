@@ -119,7 +119,7 @@ class TaskUsers:
             raise ValueError(f"{MODE_VARIABLE} must be one of {', '.join(MODES)}, not {mode!r}")
         if not base.isdigit():
             raise ValueError(f"{UID_BASE_VARIABLE} must be a number, not {base!r}")
-        return cls(mode, int(base))  # type: ignore[arg-type]  # checked against MODES above
+        return cls(mode, int(base))  # type: ignore[arg-type,unused-ignore]  # a Mode: checked
 
     @property
     def separate(self) -> bool:

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,6 +17,8 @@ from shoal.cli.common import fail
 from shoal.cli.render import console, err_console
 
 # shoal.agent is imported inside the commands only: `shoal --help` stays fast.
+if TYPE_CHECKING:
+    from shoal.agent.task_users import TaskUsers
 
 agent_app = typer.Typer(
     help="This machine as a node of a server on the network: `join` once, then `run`.",
@@ -196,12 +199,29 @@ def join(
 def run(
     home: Path = HOME_OPTION,
     grace: float = typer.Option(10.0, "--grace", help="Grace for tasks when the agent stops."),
+    task_users: str | None = typer.Option(
+        None,
+        "--task-users",
+        envvar="SHOAL_TASK_USERS",
+        help="Whose uid tasks run as: pool (uid-base + user number; default as root), accounts "
+        "(the node's account of the user's name) or agent (the agent's own; docs/security.md).",
+    ),
+    uid_base: int | None = typer.Option(
+        None, "--uid-base", envvar="SHOAL_UID_BASE", help="First uid of --task-users pool."
+    ),
+    task_root: Path | None = typer.Option(
+        None,
+        "--task-root",
+        envvar="SHOAL_TASK_ROOT",
+        help="Where tasks' directories and data sets live (default /var/lib/shoal/tasks).",
+    ),
 ) -> None:
     """Run this node's agent in the foreground, with its node certificate (mutual TLS)."""
     from shoal.agent.identity import Connection, Identity, JoinError
     from shoal.agent.main import Agent, AgentHomeInUse
     from shoal.agent.resources import local_nodes
 
+    users = task_users_option(task_users, uid_base)
     home = home.expanduser().resolve()
     try:
         identity = Identity.load(home)
@@ -219,7 +239,9 @@ def run(
     from dataclasses import replace
 
     spec = replace(spec, name=identity.node, labels=dict(identity.labels))
-    running = Agent(Connection.mutual_tls(identity), home, [spec], f"{identity.node}:{home}")
+    running = Agent(
+        Connection.mutual_tls(identity), home, [spec], f"{identity.node}:{home}", users, task_root
+    )
     signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
     signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
     console.print(f"agent of node {identity.node} talking to {identity.server}", markup=False)
@@ -255,3 +277,16 @@ def install_service(
     if not (home / "identity" / "identity.json").exists():
         note(f"{home} holds no node identity yet: run `shoal agent join ... --home {home}` first")
     install(agent_unit(home, grace), output, print_unit, "agent")
+
+
+def task_users_option(mode: str | None, uid_base: int | None) -> TaskUsers:
+    """``--task-users`` and ``--uid-base`` as the agent's policy; a clear error when wrong."""
+    from shoal.agent.task_users import DEFAULT_UID_BASE, TaskUsers
+
+    try:
+        if mode is None and uid_base is None:
+            return TaskUsers.default()
+        mode = mode or TaskUsers.default().mode
+        return TaskUsers(mode, uid_base or DEFAULT_UID_BASE)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise fail(str(exc)) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -143,9 +144,28 @@ def up(
     where = f"{info.nodes} Kubernetes node(s)" if kubernetes else f"{nodes} node(s)"
     console.print(f"shoal is up at {info.url} with {where}; state in {home}")
     console.print(f"admin token: {home / 'admin.token'} (mode 0600)")
+    _note_task_users()
     _note_other_target(home)
     if foreground:
         _stay_attached(home)
+
+
+def _note_task_users() -> None:
+    """Say whose uid tasks run as, and warn when that uid cannot run this Python."""
+    from shoal.agent.task_users import TaskUsers, interpreter_reachable
+
+    try:
+        users = TaskUsers.default()
+    except ValueError as exc:
+        err_console.print(f"warning: {exc}")
+        return
+    console.print(users.describe() + " (docs/security.md)")
+    if users.separate and not interpreter_reachable():
+        err_console.print(
+            f"warning: tasks cannot reach this Python ({sys.prefix}): jobs that run it will "
+            "fail. Use a Python outside root's home (the Makefile builds .venv from "
+            "/usr/bin/python3), or, on a machine only you use, SHOAL_TASK_USERS=agent shoal up"
+        )
 
 
 def _note_other_target(home: Path) -> None:

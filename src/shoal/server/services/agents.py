@@ -6,6 +6,7 @@ restarts: reports are repeated until acknowledged, launches until the agent repo
 from __future__ import annotations
 
 from sqlalchemy import bindparam, select, update
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from shoal.core.envcontract import JobEnvironment
@@ -105,8 +106,7 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
                 gangs.setdefault((peer.job_id, peer.job_attempt), []).append(peer)
             epochs = node_epochs(session, request.nodes)
             names = sorted({j.user for j in jobs.values()})
-            rows = session.execute(_USER_NUMBERS, {"names": names}).tuples()
-            numbers: dict[str, int] = dict(rows.all())
+            numbers = user_numbers(session, names)
             for row in new:
                 task = tasks[row.id]
                 peers = sorted(gangs[(task.job_id, task.job_attempt)], key=lambda t: t.id)
@@ -117,6 +117,12 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
                 order.owner_number = numbers.get(job.user)
                 launch.append(order)
     return OrdersResponse(launch=launch, kill=kill, exec=ctx.exec_hub.take(request.nodes))
+
+
+def user_numbers(session: Session, names: list[str]) -> dict[str, int]:
+    """Each user's number in the store: what an agent maps to the uid its task runs as."""
+    found = session.execute(_USER_NUMBERS, {"names": names}).tuples()
+    return {name: number for name, number in found}  # noqa: C416 - typed rows to a dict
 
 
 def _launch_order(
