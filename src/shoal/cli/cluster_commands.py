@@ -411,8 +411,11 @@ def agent(
         port_base=port_base,
     )
     home.mkdir(parents=True, exist_ok=True)
+    from shoal.cli.agent_commands import task_users_option
+
+    users = task_users_option(None, None)  # SHOAL_TASK_USERS, SHOAL_UID_BASE: said when wrong
     connection = Connection.bearer(server_url, token_file.read_text().strip())
-    running = Agent(connection, home, specs, f"{hostname()}:{home}")
+    running = Agent(connection, home, specs, f"{hostname()}:{home}", users)
     err_console.print(f"agent: {advertised.sentence()}", markup=False, highlight=False)
     signal.signal(signal.SIGTERM, lambda *_: running.must_stop.set())
     signal.signal(signal.SIGINT, lambda *_: running.must_stop.set())
