@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from shoal.agent.task_users import TaskUsers
+from shoal.agent.workspace import Workspace
 from shoal.local.supervisor import RUN_FILE, UpOptions, _agent_args, alive
 from tests.integration.conftest import LocalCluster
 
@@ -162,16 +164,22 @@ def start_agent(cluster: LocalCluster, options: UpOptions) -> int:
     return agent.pid
 
 
+def task_root_of(agent_home: Path) -> Path:
+    """Where the agent on ``agent_home`` puts its tasks' directories."""
+    return Workspace(agent_home.resolve(), TaskUsers.default()).root
+
+
 def task_processes(home: Path) -> list[psutil.Process]:
     """Live processes of this cluster's tasks (keepers and what they started): those whose
-    environment names a work directory under ``home``."""
+    environment names a work directory of one of its agents (under ``home``, or in the task
+    root of an agent whose home is under ``home``: shoal.agent.workspace)."""
     found = []
-    root = str(home)
+    roots = (str(home), *(str(task_root_of(lock.parent)) for lock in home.glob("**/agent.lock")))
     for process in psutil.process_iter():
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if process.environ().get("SHOAL_WORKDIR", "").startswith(root):
+            if process.environ().get("SHOAL_WORKDIR", "").startswith(roots):
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

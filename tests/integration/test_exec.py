@@ -89,7 +89,6 @@ def test_a_command_runs_in_the_task_and_its_exit_code_is_the_clis(
         local, "job", "exec", job_id, "--task", "side/0", "--", "sh", "-c", "echo $SHOAL_TASK_ROLE"
     )
     assert side.returncode == 0 and side.stdout == "side\n", side.stderr
-    _runs_as_the_tasks_user(local, job_id)
     piped = subprocess.run(
         [*SHOAL, "job", "exec", "-i", job_id, "--", "wc", "-c"],
         input="twelve bytes", capture_output=True, text=True, env=cli_env(local), timeout=60,
@@ -112,6 +111,7 @@ def test_a_command_runs_in_the_task_and_its_exit_code_is_the_clis(
     assert middle["role"] == "side" and newest["argv"] == ["wc", "-c"]
     table = shoal(local, "job", "exec-sessions")
     assert "STARTED" in table.stdout and "exited" in table.stdout and "side/0" in table.stdout
+    _runs_as_the_tasks_user(local, job_id)
 
 
 def test_a_terminal_answers_what_is_typed(local: LocalCluster, job: tuple[str, str]) -> None:
