@@ -27,6 +27,7 @@ from pathlib import Path
 from shoal.agent.cgroups import V1_CONTROLLERS, _mounts
 from shoal.agent.journal import ATTEMPTS, LEASE_FILE
 from shoal.agent.limits import CGROUP_FILE, instance_name
+from shoal.agent.workspace import DEFAULT_TASK_ROOT
 
 RUN_ENV = "PYTEST_SHOAL_RUN"  # not SHOAL_*: tests that clean their environment drop those
 CGROUP_DEPTH = 8  # how deep below a cgroup mount an agent's directory is looked for
@@ -34,17 +35,21 @@ CGROUP_DEPTH = 8  # how deep below a cgroup mount an agent's directory is looked
 
 @dataclass
 class Leftovers:
+    task_roots: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.cgroups or self.containers or self.namespaces or self.processes)
+        return bool(
+            self.task_roots or self.cgroups or self.containers or self.namespaces or self.processes
+        )
 
     def lines(self) -> list[str]:
         found = []
         for what, items in (
+            ("task roots", self.task_roots),
             ("task cgroups", self.cgroups),
             ("podman containers", self.containers),
             ("network namespaces and links", self.namespaces),
@@ -83,6 +88,12 @@ def recorded_cgroups(root: Path, cgroups: Iterable[Path]) -> list[str]:
                 continue
             found += [str(d) for d in dirs if str(d).startswith(mounts) and Path(d).is_dir()]
     return found
+
+
+def task_roots(instances: set[str]) -> list[str]:
+    """The agents' task roots in the machine's default place (shoal.agent.workspace): those of
+    agents started without the run's ``SHOAL_TASK_ROOT`` (the run's own is removed at its end)."""
+    return sorted(str(DEFAULT_TASK_ROOT / i) for i in instances if (DEFAULT_TASK_ROOT / i).exists())
 
 
 def cgroup_roots() -> list[Path]:
@@ -229,6 +240,7 @@ def find(token: str, temp: Path, pytest_pids: Iterable[int]) -> Leftovers:
     roots = cgroup_roots()
     cgroups = task_cgroups(instances, roots) + recorded_cgroups(temp, roots)
     return Leftovers(
+        task_roots=task_roots(instances),
         cgroups=sorted(set(cgroups)),
         containers=containers(instances, temp if temp.is_dir() else Path("/")),
         namespaces=namespaces(lab_tags(pytest_pids)),

@@ -127,11 +127,12 @@ class TaskUsers:
         return self.mode != "agent"
 
     def describe(self) -> str:
+        chosen = f"SHOAL_TASK_USERS={self.mode} or --task-users {self.mode}"
         if self.mode == "pool":
-            return f"tasks run as uid {self.uid_base} + the user's number (--task-users pool)"
+            return f"tasks run as uid {self.uid_base} + the user's number ({chosen})"
         if self.mode == "accounts":
-            return "tasks run as the node's account of their user's name (--task-users accounts)"
-        return "tasks run as the agent's own user (--task-users agent): they can reach its home"
+            return f"tasks run as the node's account of their user's name ({chosen})"
+        return f"tasks run as the agent's own user ({chosen}): they can reach its home"
 
     def for_order(self, order: LaunchOrder) -> TaskUser | None:
         """The task's identity (None: the agent's own); LaunchRefused with why when it has none."""

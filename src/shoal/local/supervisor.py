@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from shoal.client import ShoalClient
-from shoal.server.app import prepare
-from shoal.server.settings import ServerSettings
+
+# shoal.server (3 s of imports) is imported by start_local only: `shoal down` does not need it
 
 RUN_FILE = "run.json"
 
@@ -102,6 +102,9 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
         raise RuntimeError(f"port {port} on {options.host} is in use; pick another with --port")
     url = f"http://{options.host}:{port}"
     kubernetes = options.kubernetes is not None
+    from shoal.server.app import prepare  # noqa: PLC0415 - see the imports above
+    from shoal.server.settings import ServerSettings  # noqa: PLC0415
+
     settings = ServerSettings(home=home, host=options.host, port=port, kubernetes=kubernetes)
     prepare(settings).db.dispose()
     server_args = [
