@@ -177,7 +177,25 @@ class Runner:
             with self.lock:
                 self.attempts[attempt.attempt_id] = attempt
             found.append(attempt.attempt_id)
+        self._remove_strays()
         return found
+
+    def _remove_strays(self) -> None:
+        """Remove the containers of this agent's attempts that no longer run: those whose
+        start was cut short with everything of it killed (the agent, the keeper's group and the
+        shim's guard), created after anyone could remove them."""
+        with self.lock:
+            running = {i for i, a in self.attempts.items() if a.exit is None}
+        for runtime in self.runtimes.values():
+            if not isinstance(runtime, ContainerRuntime):
+                continue
+            try:
+                removed = runtime.remove_strays(running)
+            except Exception as exc:  # the agent starts all the same
+                log.warning("could not look for containers left behind: %s", exc)
+                continue
+            if removed:
+                log.info("removed containers of attempts no longer running: %s", removed)
 
     def alive(self, attempt_ids: list[str]) -> list[str]:
         """Those of ``attempt_ids`` whose processes have not ended yet."""

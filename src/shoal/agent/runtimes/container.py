@@ -18,11 +18,15 @@ them, shoal.agent.images), so no registry is reached at run time.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
@@ -35,6 +39,7 @@ INSTALL_HINT = "run scripts/containers-setup.sh (make containers) on the node"
 SHIM = [sys.executable, "-I", "-S", container_shim.__file__]
 GPU_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+GUARD_WAIT_S = 90.0  # the guard's own limit (container_shim.ABANDON_S) and its removal
 
 
 class ImageSource(Protocol):
@@ -77,6 +82,7 @@ class ContainerRuntime:
         self.instance = instance
         self.scratch = scratch  # podman's working directory for its own calls
         self.podman = podman or shutil.which("podman")
+        self.label = f"shoal.agent={instance}"  # on each of this agent's containers
         self._problem: str | None = None
         self._checked = False
 
@@ -101,7 +107,7 @@ class ContainerRuntime:
         run = [self.podman, "run", "--detach", "--name", name, *self._options(setup)]
         run += [image_id, "/bin/sh", "-c", _command(setup)]
         join = setup.cgroup.procs_files if setup.cgroup is not None else []
-        argv = [*SHIM, name, ":".join(join) or "-", "--", *run]
+        argv = [*SHIM, name, ":".join(join) or "-", str(self._guard_file(name)), "--", *run]
         # what the keeper runs if its lease lapses (no agent to call ``cleanup``): a container
         # created, perhaps never started, is removed even then
         cleanup = setup.attempt_dir / CLEANUP_FILE
@@ -112,6 +118,10 @@ class ContainerRuntime:
         assert self.podman is not None
         return [self.podman, "rm", "--force", "--ignore", "--time", "0", name]
 
+    def _guard_file(self, name: str) -> Path:
+        """Locked by the shim's guard while it may still start or remove the container."""
+        return self.scratch / f"{name}.guard"
+
     def _options(self, setup: TaskSetup) -> list[str]:
         order = setup.order
         options = ["--pull", "never", "--log-driver", "passthrough", "--network", "host"]
@@ -120,7 +130,7 @@ class ContainerRuntime:
             "--label",
             f"shoal.job={order.job_id}",
             "--label",
-            f"shoal.agent={self.instance}",
+            self.label,
         ]
         limits = order.limits
         shm = limits.shm_mib if limits is not None and limits.shm_mib else DEFAULT_SHM_MIB
@@ -139,12 +149,15 @@ class ContainerRuntime:
         return options
 
     def cleanup(self, attempt_id: str) -> None:
-        """Remove the container. Once its monitor was killed with the rest of the cgroup,
-        podman's first ``rm --force`` may fail ("kill container: No such process") and leave it
-        "Stopping"; a second one removes it."""
+        """Remove the container, once the shim's guard is done: a ``podman run`` still under
+        way when the keeper's group was killed (it is the guard's child, in a group of its own)
+        would otherwise create the container after this removal. Once its monitor was killed
+        with the rest of the cgroup, podman's first ``rm --force`` may fail ("kill container: No
+        such process") and leave it "Stopping"; a second one removes it."""
         if self.podman is None:
             return
         name = container_name(self.instance, attempt_id)
+        self._await_guard(name)
         remove = self._remove_argv(name)
         error = ""
         for _ in range(3):
@@ -155,6 +168,64 @@ class ContainerRuntime:
                 return
             error = done.stderr.strip()[-300:]
         raise RuntimeError(f"podman rm {name} failed: {error}")
+
+    def _await_guard(self, name: str) -> None:
+        """Wait (up to GUARD_WAIT_S) for the guard of ``name``'s start, if one is still there
+        (the shim is gone by now: the guard removes the container once ``podman run`` is over)."""
+        path = self._guard_file(name)
+        try:
+            lock = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # never started, or the guard is done
+        try:
+            deadline = time.monotonic() + GUARD_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break  # a podman that hangs: removed as it is
+                    time.sleep(0.05)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        finally:
+            os.close(lock)
+
+    def remove_strays(self, running: Collection[str]) -> list[str]:
+        """Remove this agent's containers (label ``shoal.agent``) of attempts not in
+        ``running``: what a start cut short left when everything of it, its guard included,
+        was killed (an agent started again calls it). Returns the removed containers' names."""
+        if self.unavailable() is not None:  # no podman here: no containers either
+            return []
+        assert self.podman is not None
+        listed = subprocess.run(
+            [self.podman, "ps", "--all", "--format", "json", "--filter", f"label={self.label}"],
+            cwd=self.scratch,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if listed.returncode != 0:
+            raise RuntimeError(f"podman ps failed: {listed.stderr.strip()[-300:]}")
+        strays = [
+            container
+            for container in json.loads(listed.stdout or "[]")
+            if (container.get("Labels") or {}).get("shoal.attempt") not in running
+        ]
+        removed = []
+        for container in strays:
+            done = subprocess.run(
+                [self.podman, "rm", "--force", "--ignore", "--time", "0", container["Id"]],
+                cwd=self.scratch,
+                capture_output=True,
+                check=False,
+                timeout=60,
+            )
+            if done.returncode == 0:
+                removed.append(",".join(container.get("Names") or [container["Id"][:12]]))
+        return removed
 
     def exec_argv(self, setup: TaskSetup, argv: list[str], tty: bool) -> Launch:
         assert self.podman is not None
