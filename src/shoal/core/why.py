@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from shoal.core.placement import NodePool, PlacementFailure
 from shoal.core.preemption import choose_victims
-from shoal.core.quota import beyond_reach, running_jobs
-from shoal.core.snapshot import ClusterSnapshot, JobRequest
+from shoal.core.quota import RunningJob, beyond_reach, running_jobs
+from shoal.core.resources import ResourceVector
+from shoal.core.snapshot import ClusterSnapshot, JobRequest, VirtualCluster
 
 
 def blocking_jobs(snapshot: ClusterSnapshot, job: JobRequest, limit: int = 20) -> list[str] | None:
@@ -26,8 +27,26 @@ def blocking_jobs(snapshot: ClusterSnapshot, job: JobRequest, limit: int = 20) -
         return not isinstance(pool.place_job(job, commit=False), PlacementFailure)
 
     if fits(frozenset()):
-        return []
+        return _quota_blockers(vc, job, running)[:limit] if vc is not None else []
     chosen = choose_victims(candidates, frozenset(), fits)
     if chosen is None:
         return None
     return [c.job_id for c in chosen][:limit]
+
+
+def _quota_blockers(vc: VirtualCluster, job: JobRequest, running: list[RunningJob]) -> list[str]:
+    """The fewest running jobs of ``job``'s own VC (lowest priority and newest first) whose end
+    would bring the VC's use plus ``job`` within its guarantee and borrowing limit: what a job
+    that fits the nodes but not its VC's quota waits for. ``[]`` when the quota is no bar."""
+    if job.opportunistic or vc.borrow_limit is None:
+        return []
+    most = vc.guarantee + vc.borrow_limit
+    own = [r for r in running if r.virtual_cluster == vc.name and not r.opportunistic]
+    used = sum((r.usage for r in own), ResourceVector())
+    chosen: list[str] = []
+    for candidate in sorted(own, key=lambda r: (r.priority, -r.submitted_at, r.job_id)):
+        if (used + job.total).fits_in(most):
+            break
+        used = used - candidate.usage
+        chosen.append(candidate.job_id)
+    return chosen if (used + job.total).fits_in(most) else []
