@@ -198,9 +198,11 @@ class Runner:
                 log.info("removed containers of attempts no longer running: %s", removed)
 
     def alive(self, attempt_ids: list[str]) -> list[str]:
-        """Those of ``attempt_ids`` whose processes have not ended yet."""
+        """Those of ``attempt_ids`` whose processes have not ended yet: not reaped, or whose
+        keeper still lives (it records the end before it is gone)."""
         with self.lock:
-            return [i for i in attempt_ids if i in self.attempts and self.attempts[i].exit is None]
+            known = [self.attempts[i] for i in attempt_ids if i in self.attempts]
+        return [a.attempt_id for a in known if a.exit is None or self._running(a)]
 
     def own_ports(self) -> set[int]:
         """Ports of the attempts this agent runs (or is about to)."""
