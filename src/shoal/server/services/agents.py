@@ -121,7 +121,7 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
 
 def user_numbers(session: Session, names: list[str]) -> dict[str, int]:
     """Each user's number in the store: what an agent maps to the uid its task runs as."""
-    found = session.execute(_USER_NUMBERS, {"names": names}).tuples()
+    found = session.execute(_USER_NUMBERS, {"names": names})
     return {name: number for name, number in found}  # noqa: C416 - typed rows to a dict
 
 
