@@ -143,3 +143,19 @@ def test_a_sealed_file_is_checked_against_its_pinned_sha256(tmp_path: Path) -> N
     data.write_bytes(b"corpsu")
     assert not integrity.intact(data, seal, integrity.file_sha256(tmp_path / "file.json"))
     assert not integrity.intact(tmp_path / "missing", seal, None)
+
+
+@as_root
+def test_an_existing_task_root_keeps_its_own_mode(tmp_path: Path) -> None:
+    """A task root an admin points at (``/tmp``, say) is not made 0711: only what shoal makes."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    workspace = Workspace(tmp_path / "home", TaskUsers("pool"), shared)
+    workspace.open()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert stat.S_IMODE(workspace.root.stat().st_mode) == 0o711
+    workspace.close()
+    made = tmp_path / "made" / "tasks"
+    Workspace(tmp_path / "home2", TaskUsers("pool"), made).open()
+    assert stat.S_IMODE(made.stat().st_mode) == 0o711

@@ -41,12 +41,10 @@ class Workspace:
         self.home = home
         self.users = users
         if users.separate:
-            base = (task_root or default_task_root()).absolute()
-            self.root: Path = base / instance_name(home)
-            self._passable = [base, self.root]
+            self.base: Path | None = (task_root or default_task_root()).absolute()
+            self.root: Path = self.base / instance_name(home)
         else:
-            self.root = home
-            self._passable = []
+            self.base, self.root = None, home
         self.work = self.root / "work"
         self.data = self.root / ("data" if users.separate else "cache/data")
         self.logs = home / "logs"
@@ -56,7 +54,10 @@ class Workspace:
         self.home.mkdir(parents=True, exist_ok=True)
         if self.users.separate:
             os.chmod(self.home, PRIVATE)
-        for directory in [*self._passable, self.work, self.data]:
+        if self.base is not None and not self.base.exists():  # made here: passable, no more
+            self.base.mkdir(parents=True, mode=PASSABLE)
+            os.chmod(self.base, PASSABLE)  # an existing one (/tmp, say) keeps its own mode
+        for directory in (self.root, self.work, self.data):
             directory.mkdir(parents=True, exist_ok=True)
             if self.users.separate:
                 os.chown(directory, os.geteuid(), os.getegid())
