@@ -44,7 +44,7 @@ def test_an_order_without_its_owner_is_refused_with_the_fix() -> None:
 @as_root
 def test_accounts_never_map_to_root_or_a_missing_account() -> None:
     users = TaskUsers("accounts")
-    with pytest.raises(LaunchRefused, match="below --min-uid"):
+    with pytest.raises(LaunchRefused, match="uid 0, below 1000"):
         users.for_order(_order(owner="root"))
     with pytest.raises(LaunchRefused, match="has no account on node n1"):
         users.for_order(_order(owner="no-such-account-3f1"))

@@ -10,7 +10,7 @@ Three modes, chosen per agent (``--task-users``):
   environment. No supplementary groups.
 - ``accounts``: the node's account of the same name as the shoal user (``getpwnam``) with its
   groups, as Slurm runs jobs; a user without an account on the node, or whose account is root or
-  below ``--min-uid``, is refused at launch with the reason.
+  below 1000 (a system account), is refused at launch with the reason.
 - ``agent``: the agent's own user, as before (the only choice of an agent that is not root, which
   cannot switch users). Every task can then reach the agent's home: see docs/security.md.
 
@@ -161,7 +161,7 @@ class TaskUsers:
             ) from None
         if entry.pw_uid < self.min_uid:
             raise LaunchRefused(
-                f"the account {name!r} on node {node} has uid {entry.pw_uid}, below --min-uid "
+                f"the account {name!r} on node {node} has uid {entry.pw_uid}, below "
                 f"{self.min_uid}: tasks never run as root or a system account"
             )
         groups = tuple(g for g in os.getgrouplist(name, entry.pw_gid) if g != 0)
