@@ -94,7 +94,11 @@ w:
 """,
         )
     )
-    cluster.wait_for(lambda: cluster.client.job(waiting).get("pending") is not None)
+    # the reason and the queue position come from the same cycle but are published one after
+    # the other: wait for both
+    cluster.wait_for(
+        lambda: (cluster.client.job(waiting).get("pending") or {}).get("position") is not None
+    )
     pending = cluster.client.job(waiting)
     assert pending["state"] == "WAITING"
     assert pending["pending"]["code"] == "InsufficientGPU"
