@@ -157,14 +157,16 @@ def _note_task_users() -> None:
     try:
         users = TaskUsers.default()
     except ValueError as exc:
-        err_console.print(f"warning: {exc}")
+        err_console.print(f"warning: {exc}", markup=False, highlight=False)
         return
-    console.print(users.describe() + " (docs/security.md)")
+    console.print(users.describe() + " (docs/security.md)", markup=False, highlight=False)
     if users.separate and not interpreter_reachable():
         err_console.print(
             f"warning: tasks cannot reach this Python ({sys.prefix}): jobs that run it will "
             "fail. Use a Python outside root's home (the Makefile builds .venv from "
-            "/usr/bin/python3), or, on a machine only you use, SHOAL_TASK_USERS=agent shoal up"
+            "/usr/bin/python3), or, on a machine only you use, SHOAL_TASK_USERS=agent shoal up",
+            markup=False,
+            highlight=False,
         )
 
 
