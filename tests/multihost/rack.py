@@ -5,6 +5,7 @@ process group (the lab kills whatever is left in its namespaces when it is torn 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -256,3 +257,20 @@ def build_rack(
     for i in range(1, nodes + 1):
         rack.wait_state(f"n{i}", "READY", 30)
     return rack
+
+
+def as_user(rack: Rack, name: str) -> dict[str, str]:
+    """The environment of ``name``'s shell: a new user of the rack, with a context of their own
+    holding their token (``<root>/<name>.token``)."""
+    made = rack.shoal("user", "create", name, "-o", "json")
+    assert made.returncode == 0, made.stderr
+    token_file = rack.root / f"{name}.token"
+    token_file.write_text(json.loads(made.stdout)["token"] + "\n")
+    os.chmod(token_file, 0o600)
+    env = {**rack.env, "SHOAL_CONFIG": str(rack.root / f"{name}.yaml")}
+    done = rack.shoal(
+        "config", "set-context", name, "--server", rack.url, "--token-file", str(token_file),
+        "--ca", str(rack.ca), "--use", env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return env

@@ -12,7 +12,7 @@ import pytest
 
 from tests.multihost.conftest import MakeRack
 from tests.multihost.netns import namespaces_usable
-from tests.multihost.rack import Rack
+from tests.multihost.rack import Rack, as_user
 
 pytestmark = pytest.mark.skipif(
     namespaces_usable() is not None, reason=f"no network namespaces: {namespaces_usable()}"
@@ -33,22 +33,6 @@ def rack(make_rack: MakeRack) -> Rack:
     return make_rack(nodes=2)
 
 
-def _as_user(rack: Rack, name: str) -> dict[str, str]:
-    """The environment of `name`'s shell: a context of their own with their token."""
-    made = rack.shoal("user", "create", name, "-o", "json")
-    assert made.returncode == 0, made.stderr
-    token_file = rack.root / f"{name}.token"
-    token_file.write_text(json.loads(made.stdout)["token"] + "\n")
-    os.chmod(token_file, 0o600)
-    env = {**rack.env, "SHOAL_CONFIG": str(rack.root / f"{name}.yaml")}
-    done = rack.shoal(
-        "config", "set-context", name, "--server", rack.url, "--token-file", str(token_file),
-        "--ca", str(rack.ca), "--use", env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return env
-
-
 def _shoal_as(rack: Rack, env: dict[str, str], *args: str) -> tuple[int, str]:
     done = rack.shoal(*args, env=env)
     return done.returncode, done.stdout + done.stderr
@@ -57,7 +41,7 @@ def _shoal_as(rack: Rack, env: dict[str, str], *args: str) -> tuple[int, str]:
 def test_a_data_set_reaches_a_job_on_another_host_and_no_other_user(
     rack: Rack, tmp_path: Path
 ) -> None:
-    alice, bob = _as_user(rack, "alice"), _as_user(rack, "bob")
+    alice, bob = as_user(rack, "alice"), as_user(rack, "bob")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     content = os.urandom(3 << 20)

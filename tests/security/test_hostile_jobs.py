@@ -27,7 +27,7 @@ from shoal.agent.workspace import default_task_root
 from tests.agent.limits_helpers import cgroups_refused
 from tests.multihost.conftest import MakeRack
 from tests.multihost.netns import namespaces_usable
-from tests.multihost.rack import Rack
+from tests.multihost.rack import Rack, as_user
 
 HOSTILE = Path(__file__).parent / "hostile"
 PYTHON_IMAGE = "localhost/shoal-test/python:bookworm"  # made by scripts/containers-setup.sh
@@ -84,21 +84,6 @@ MUST_BE_REFUSED = (
     "open a GPU not given",
     "present the node certificate",
 )
-
-
-def _as_user(rack: Rack, name: str) -> dict[str, str]:
-    made = rack.shoal("user", "create", name, "-o", "json")
-    assert made.returncode == 0, made.stderr
-    token_file = rack.root / f"{name}.token"
-    token_file.write_text(json.loads(made.stdout)["token"] + "\n")
-    os.chmod(token_file, 0o600)
-    env = {**rack.env, "SHOAL_CONFIG": str(rack.root / f"{name}.yaml")}
-    done = rack.shoal(
-        "config", "set-context", name, "--server", rack.url, "--token-file", str(token_file),
-        "--ca", str(rack.ca), "--use", env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return env
 
 
 def _shoal(rack: Rack, env: dict[str, str], *args: str, timeout: float = 120) -> str:
@@ -180,7 +165,7 @@ def test_a_hostile_job_is_refused_everything_and_changes_nothing(
     if runtime == "container" and CONTAINERS is not None:
         pytest.skip(f"podman cannot run containers here: {CONTAINERS}")
     rack = _rack_with_gpus(make_rack)
-    alice, bob = _as_user(rack, "alice"), _as_user(rack, "bob")
+    alice, bob = as_user(rack, "alice"), as_user(rack, "bob")
     image = f"image: {PYTHON_IMAGE}" if runtime == "container" else ""
     if runtime == "container":  # the admin pushes the image both run
         _shoal(rack, rack.env, "image", "push", PYTHON_IMAGE, timeout=300)

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from shoal import archives
 from shoal.agent import cache_integrity as integrity
-from shoal.agent.cache_integrity import file_sha256
 from shoal.protocol import DataMount, LaunchOrder, code_path, data_path
 
 log = logging.getLogger("shoal.agent")
@@ -101,7 +100,7 @@ class NodeCache:
         assert order.code_hash is not None
         final = self.root / "code" / f"{order.code_hash}.tar.gz"
         with self._lock(order.code_hash):
-            if final.is_file() and file_sha256(final) != order.code_hash:
+            if final.is_file() and archives.file_sha256(final) != order.code_hash:
                 log.error("cached code %s was altered on this node: fetched again", final.name)
                 final.unlink()
             if not final.is_file():

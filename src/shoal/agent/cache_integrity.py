@@ -17,15 +17,7 @@ import shutil
 import stat
 from pathlib import Path
 
-CHUNK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+from shoal.archives import file_sha256
 
 
 def _entries(root: Path) -> list[tuple[str, os.stat_result]]:
