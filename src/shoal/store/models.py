@@ -413,3 +413,16 @@ class AuditEventRow(Base):
     outcome: Mapped[str] = mapped_column(String(16))  # ok | refused
     client: Mapped[str] = mapped_column(String(64))  # the caller's address, or `-`
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class SshKeyRow(Base):
+    """An SSH public key a user registered (migration 0026; docs/ssh.md): installed in the
+    ``authorized_keys`` of the tasks of the user's jobs that run the ``ssh`` runtime plugin."""
+
+    __tablename__ = "ssh_keys"
+
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    public_key: Mapped[str] = mapped_column(Text)  # one line, as OpenSSH writes it
+    fingerprint: Mapped[str] = mapped_column(String(64))  # SHA256:base64, as ssh-keygen -l says
+    created_at: Mapped[float] = mapped_column(Float)
