@@ -36,6 +36,7 @@ from shoal.server.routers import (
     metrics,
     nodes,
     session,
+    ssh,
     stream,
     system,
     usage,
@@ -199,6 +200,7 @@ def _include_routers(app: FastAPI) -> None:
         stream.router,
         web.router,
         exec_routes.router,
+        ssh.router,
         audit_routes.router,
         backup.router,
     ):

@@ -17,6 +17,7 @@ from openapi_core.datatypes import RequestParameters
 from werkzeug.datastructures import Headers, ImmutableMultiDict
 
 SUPPORT = Path(__file__).resolve().parents[4] / "shared" / "compat" / "pai-support"
+UNDESCRIBED = Path(__file__).with_name("undescribed-routes.yaml")
 EXAMPLE_CODES = frozenset({"NoStorageError", "NoTagError", "NoTaskError", "NoTaskLogError"})
 PROTOCOL_REF = (
     "https://raw.githubusercontent.com/microsoft/openpai-protocol/master/schemas/v2/schema.yaml"
@@ -40,6 +41,7 @@ def _local_refs(node: Any) -> Any:
 @functools.cache
 def description() -> OpenAPI:
     api = yaml.safe_load((SUPPORT / "openpai-rest-api-v2.swagger.yaml").read_text())
+    api["paths"].update(yaml.safe_load(UNDESCRIBED.read_text()))  # routes it leaves out
     protocol = yaml.safe_load((SUPPORT / "openpai-protocol-v2-schema.yaml").read_text())
     schemas = api["components"]["schemas"]
     assert schemas["JobProtocol"] == {"$ref": f"{PROTOCOL_REF}#/components/schemas/JobProtocol"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from shoal.server.openpai import accounts, cluster, history, jobs, kubernetes, logurls, tags
+from shoal.server.openpai import accounts, cluster, history, jobs, kubernetes, logurls, ssh, tags
 
 router = APIRouter()
-for part in (jobs, history, tags, cluster, kubernetes, accounts, logurls):
+for part in (jobs, history, tags, cluster, kubernetes, accounts, logurls, ssh):
     router.include_router(part.router)

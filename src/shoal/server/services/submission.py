@@ -44,6 +44,7 @@ from shoal.server.services.image_holds import (
     note_job_images,
 )
 from shoal.server.services.inline_code import code_hash_of
+from shoal.server.services.job_keys import with_job_keys
 from shoal.server.services.nodes import load_nodes
 from shoal.server.services.runtimes import fallback_runtime, resolve
 from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
@@ -146,7 +147,8 @@ def store(
     """Check against the store, then insert (plain statements, no ORM unit of work): nothing of
     this submission is written if any check says no."""
     rows = []
-    for spec in prepared.specs:
+    for submitted in prepared.specs:
+        spec = with_job_keys(session, principal.user, submitted)  # the ssh plugin's (job_keys)
         vc = prepared.request.virtual_cluster or spec.virtual_cluster or "default"
         vc_row = _check_membership(session, principal, vc)
         _check_conflicts(ctx, session, principal, spec, names_for_good)
