@@ -215,6 +215,11 @@ class RunningReport(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict)
 
 
+# Where, in an attempt's directory, a task's command may leave one line on why it failed (the
+# OpenPAI runtime plugins' steps do, shoal.spec.openpai_plugin_script): reported with its exit.
+EXIT_MESSAGE_FILE = ".shoal/exit-message"
+
+
 class ExitReport(BaseModel):
     attempt_id: str
     exit_code: int | None
@@ -250,6 +255,11 @@ class ExitReport(BaseModel):
         "by someone else, a removed node (a platform failure, retried).",
     )
     lost_reason: str | None = Field(None, description="What the platform said, for the user.")
+    message: str | None = Field(
+        None,
+        description="What the task's command left for the user about its failure (its "
+        f"{EXIT_MESSAGE_FILE}, or a Pod's termination message): a runtime plugin's step, say.",
+    )
 
 
 # How an agent's tasks are kept from running twice (docs/cluster.md, docs/kubernetes.md).

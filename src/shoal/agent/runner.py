@@ -23,6 +23,7 @@ from shoal.agent.environment import (
     shell_argv,
     start_dir,
 )
+from shoal.agent.exit_message import read_exit_message
 from shoal.agent.journal import Found, Journal, create_time_of
 from shoal.agent.limits import TaskLimiter, instance_name, oom_verdict
 from shoal.agent.ports import BusyPorts, PortTaken, probe
@@ -399,7 +400,14 @@ class Runner:
         if launch_error is not None:
             self._finish(attempt, None, None, launch_error=launch_error)
             return
-        self._finish(attempt, exit_code, signo, fenced=ended.fenced, oom=(oom_killed, oom_kills))
+        self._finish(
+            attempt,
+            exit_code,
+            signo,
+            fenced=ended.fenced,
+            oom=(oom_killed, oom_kills),
+            message=read_exit_message(attempt.workdir) if exit_code != 0 else None,
+        )
 
     def _release(self, attempt: Attempt) -> None:
         """End what the attempt left outside its process group (a container, a process in its
@@ -422,6 +430,7 @@ class Runner:
         stop: bool = False,
         fenced: bool = False,
         oom: tuple[bool, int] = (False, 0),
+        message: str | None = None,
     ) -> None:
         attempt.exit = ExitReport(
             attempt_id=attempt.attempt_id,
@@ -439,6 +448,7 @@ class Runner:
             usage=dict(attempt.usage),
             oom_killed=oom[0],
             oom_kills=oom[1],
+            message=message,
         )
 
     def sample_usage(self) -> None:

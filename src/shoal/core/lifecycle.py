@@ -61,6 +61,7 @@ class ProcessExit:
     oom_kills: int = 0  # processes of the task the memory limit's OOM killer ended
     memory_limit_mib: int | None = None
     peak_memory_mib: float | None = None
+    message: str | None = None  # what the task's command said on its failure (ExitReport)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,7 @@ def _task_diagnostics(result: ProcessExit, exit_class: ExitClass) -> str:
     if exit_class is ExitClass.OOM or result.oom_kills:
         cause = "; ".join(part for part in (cause, memory_diagnostic(result)) if part)
     killed = f"killed by signal {result.signal}" if result.signal is not None else ""
-    return "; ".join(part for part in (cause, killed) if part)
+    return "; ".join(part for part in (result.message, cause, killed) if part)
 
 
 def memory_diagnostic(result: ProcessExit) -> str:

@@ -61,6 +61,7 @@ class PodFacts:
     waiting_message: str | None
     image: str | None
     helper_failure: str | None = None  # why a helper container (fetch, barrier) failed
+    exit_message: str | None = None  # the task container's termination message
 
 
 def _stamp(value: datetime | None) -> float | None:
@@ -152,6 +153,7 @@ def facts(pod: Any) -> PodFacts:
         waiting_message=waiting.message if waiting else None,
         image=image,
         helper_failure=_helper_failure(pod),
+        exit_message=(terminated.message or None) if terminated else None,
     )
 
 
@@ -198,6 +200,7 @@ def exit_report(pod: PodFacts, now: float) -> ExitReport | None:
         signal=pod.signal or None,
         stop_requested=pod.stop_requested,
         oom_killed=pod.terminated_reason == "OOMKilled",
+        message=pod.exit_message if pod.exit_code else None,
         **base,
     )
 

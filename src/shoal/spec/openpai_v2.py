@@ -5,6 +5,8 @@ Differences from OpenPAI, on purpose (each is reported as a warning where it app
   ``extras.gangAllocation: false``);
 - ``minFailedInstances: 0`` is read as 1, as OpenPAI did, but said out loud;
 - ``jobPriorityClass: crit`` is accepted (the published spec lists it; the server rejected it);
+- runtime plugins (``extras.com.microsoft.pai.runtimeplugin``, prerequisites with a ``plugin``)
+  are run as shoal.spec.openpai_plugins says; the others are warned about;
 - output/script prerequisites are exposed to ``<% %>`` templates but not fetched; a data
   prerequisite whose ``uri`` is ``shoal://NAME`` (or ``shoal://OWNER/NAME``) declares that shoal
   data set for the role, and ``<% $data.uri[0] %>`` renders to ``$SHOAL_DATA_DIR/NAME``, where the
@@ -36,6 +38,9 @@ from shoal.spec.model import (
     SourceFormat,
     TaskRoleSpec,
 )
+from shoal.spec.openpai_plugin_script import wrap
+from shoal.spec.openpai_plugins import ReadPlugin, plugins_for_role, read_prerequisite_plugin
+from shoal.spec.openpai_ssh import with_ssh_plugins
 from shoal.spec.openpai_v2_extras import ExtrasView, read_extras
 from shoal.spec.patterns import (
     DATA_REF_RE,
@@ -175,6 +180,7 @@ def read_pai_v2(
     except ValidationError as exc:
         raise SpecError(problems.errors + validation_problems(exc, RawPaiJob)) from None
     prereqs = _index_prerequisites(raw, problems)
+    prereq_plugins = _prerequisite_plugins(raw, problems)
     deployment = _default_deployment(raw, problems)
     extras = read_extras(raw.extras or {}, set(raw.taskRoles), problems)
     parameters = {k: _text(v) for k, v in raw.parameters.items()} | dict(params)
@@ -182,12 +188,12 @@ def read_pai_v2(
         if key not in raw.parameters:
             problems.warn(f"parameters.{key}", "set with --param but not declared in parameters")
     roles = [
-        _role(name, role, raw, prereqs, deployment, parameters, extras, problems)
+        _role(name, role, raw, prereqs, deployment, parameters, extras, problems, prereq_plugins)
         for name, role in raw.taskRoles.items()
     ]
     check_roles(roles, PATHS, problems)
     problems.raise_if_errors()
-    return JobSpec(
+    spec = JobSpec(
         name=raw.name,
         source_format=SourceFormat.PAI_V2,
         description=raw.description,
@@ -199,6 +205,7 @@ def read_pai_v2(
         secrets={k: _text(v) for k, v in raw.secrets.items()},
         roles=tuple(roles),
     )
+    return with_ssh_plugins(spec, extras.plugins)  # sshd first in every task (openpai_ssh)
 
 
 def _index_prerequisites(
@@ -216,6 +223,20 @@ def _index_prerequisites(
         same_type[item.name] = item
         _check_prerequisite(index, item, problems)
     return by_type
+
+
+def _prerequisite_plugins(
+    raw: RawPaiJob, problems: ProblemCollector
+) -> dict[str, list[ReadPlugin]]:
+    """The prerequisites run by a runtime plugin, by name (a role runs those it lists)."""
+    found: dict[str, list[ReadPlugin]] = {}
+    for index, item in enumerate(raw.prerequisites or []):
+        if item.plugin is not None and item.type != "dockerimage":
+            extra = dict(item.model_extra or {})
+            found[item.name] = read_prerequisite_plugin(
+                index, item.name, item.plugin, extra, problems
+            )
+    return found
 
 
 def _check_prerequisite(index: int, item: RawPrerequisite, problems: ProblemCollector) -> None:
@@ -236,8 +257,8 @@ def _check_prerequisite(index: int, item: RawPrerequisite, problems: ProblemColl
             )
         return
     if item.plugin is not None:
-        problems.warn(f"{path}.plugin", f"runtime plugin {item.plugin!r} is not run by shoal")
-    elif item.type == "data":
+        return  # run by its plugin (_prerequisite_plugins), when shoal has it
+    if item.type == "data":
         uris = [item.uri] if isinstance(item.uri, str) else list(item.uri or [])
         foreign = [uri for uri in uris if not _is_shoal_data(uri)]
         if foreign:
@@ -294,6 +315,7 @@ def _role(
     parameters: dict[str, str],
     extras: ExtrasView,
     problems: ProblemCollector,
+    prereq_plugins: dict[str, list[ReadPlugin]] | None = None,
 ) -> TaskRoleSpec:
     base = f"taskRoles.{name}"
     image = _reference(prereqs, "dockerimage", raw.dockerImage, f"{base}.dockerImage", problems)
@@ -321,6 +343,10 @@ def _role(
             f"<% ${ref} %> names no entry in secrets",
             "declare it under secrets: (its value is filled in when the task starts)",
         )
+    plugins = [p for ref in raw.prerequisites or [] for p in (prereq_plugins or {}).get(ref, [])]
+    steps = plugins_for_role(
+        name, next(iter(job.taskRoles)), plugins + extras.plugins, context, job.secrets, problems
+    )
     if raw.taskRetryCount and extras.gang:
         problems.warn(
             f"{base}.taskRetryCount",
@@ -329,8 +355,8 @@ def _role(
     return TaskRoleSpec(
         name=name,
         instances=raw.instances,
-        resources=_resources(raw, extras.sku_types.get(name), base, problems),
-        command=rendered.text,
+        resources=_resources(raw, extras.sku_types.get(name), base, problems, steps.ports),
+        command=wrap(rendered.text, steps.pre, steps.post),
         image=image.uri if image is not None and isinstance(image.uri, str) else None,
         completion=_completion(raw, base, problems),
         task_retry_count=raw.taskRetryCount,
@@ -389,10 +415,14 @@ def _entrypoint(name: str, raw: RawTaskRole, deployment: RawDeployment | None) -
 
 
 def _resources(
-    raw: RawTaskRole, gpu_type: str | None, base: str, problems: ProblemCollector
+    raw: RawTaskRole,
+    gpu_type: str | None,
+    base: str,
+    problems: ProblemCollector,
+    plugin_ports: Mapping[str, int] | None = None,
 ) -> Resources:
     res = raw.resourcePerInstance
-    ports = dict(res.ports or {})
+    ports = dict(plugin_ports or {}) | dict(res.ports or {})
     ports.setdefault("http", 1)  # OpenPAI adds ssh and http; the host lists use http.
     ports.setdefault("ssh", 1)
     options = raw.extraContainerOptions

@@ -1,4 +1,6 @@
-"""OpenPAI ``extras``: the keys shoal acts on, and a warning for every key it does not."""
+"""OpenPAI ``extras``: the keys shoal acts on, and a warning for every key it does not.
+
+Runtime plugins (``com.microsoft.pai.runtimeplugin``) are read by shoal.spec.openpai_plugins."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 from shoal.spec.diagnostics import describe
 from shoal.spec.errors import ProblemCollector
+from shoal.spec.openpai_plugins import ReadPlugin, read_plugin_list
 
 PRIORITY_CLASSES = ("crit", "prod", "test", "oppo")
 _HIVED_PASSTHROUGH = ("gangReleaseEnable", "lazyPreemptionEnable", "ignoreK8sSuggestedNodes")
@@ -19,6 +22,7 @@ class ExtrasView:
     gang: bool = True
     priority_class: str = "test"
     sku_types: dict[str, str] = field(default_factory=dict)
+    plugins: list[ReadPlugin] = field(default_factory=list)  # the runtime plugins shoal runs
 
 
 def read_extras(
@@ -35,7 +39,7 @@ def read_extras(
         elif key == "hivedScheduler":
             _read_hived(value, role_names, view, problems)
         elif key == "com.microsoft.pai.runtimeplugin":
-            _warn_plugins(value, problems)
+            view.plugins = read_plugin_list(value, role_names, problems)
         else:
             problems.warn(path, "is not acted on by shoal")
     return view
@@ -108,16 +112,3 @@ def _read_hived_role_key(
         )
     elif key not in _ROLE_KEYS:
         problems.warn(path, "is not acted on by shoal")
-
-
-def _warn_plugins(value: Any, problems: ProblemCollector) -> None:
-    base = "extras.com.microsoft.pai.runtimeplugin"
-    if not isinstance(value, list):
-        problems.error(base, f"must be a list of plugins, got {describe(value)}")
-        return
-    for index, plugin in enumerate(value):
-        name = plugin.get("plugin") if isinstance(plugin, dict) else None
-        problems.warn(
-            f"{base}[{index}]",
-            f"runtime plugin {name!r} is not run by shoal",
-        )

@@ -198,6 +198,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                     oom_kills=report.oom_kills,
                     lost=report.lost,
                     lost_reason=report.lost_reason,
+                    message=report.message,
                     memory_limit_mib=_whole(_number(report.usage.get("memoryLimitMiB"))),
                     peak_memory_mib=_number(report.usage.get("peakMemoryMiB")),
                 )
