@@ -497,3 +497,23 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
         params = {"force": "true"} if force else {}
         result: dict[str, Any] = self._call("POST", "/api/v1/admin/ca/finish", params=params)
         return result
+
+    # ---- SSH (docs/ssh.md) ----
+
+    def add_ssh_key(self, public_key: str, name: str | None = None) -> dict[str, Any]:
+        """Register an SSH public key (one line of a ``.pub`` file)."""
+        body = {"public_key": public_key, "name": name}
+        result: dict[str, Any] = self._call("POST", "/api/v1/ssh-keys", json=body)
+        return result
+
+    def ssh_keys(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/ssh-keys")
+        return result
+
+    def remove_ssh_key(self, name: str) -> None:
+        self._call("DELETE", f"/api/v1/ssh-keys/{name}")
+
+    def job_ssh(self, ref: str) -> dict[str, Any]:
+        """How to reach the job's tasks by ssh: login, host key, each task's port."""
+        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/ssh")
+        return result
