@@ -23,6 +23,7 @@ from shoal.cli import (
     run_command,
     server_commands,
     sim_command,
+    ssh_commands,
     usage_command,
 )
 from shoal.cli.config_commands import config_app, login, logout, whoami
@@ -50,6 +51,8 @@ cluster_commands.node_app.command("remove")(node_join_commands.remove)
 cluster_commands.node_app.command("show")(node_show_command.show)
 app.add_typer(vc_app, name="vc")
 app.add_typer(user_app, name="user")
+user_app.add_typer(ssh_commands.key_app, name="key")
+job_app.command("ssh")(ssh_commands.job_ssh)
 app.add_typer(token_app, name="token")
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
