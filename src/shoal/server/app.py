@@ -223,7 +223,7 @@ def _answer_disk_full(
 
 
 def _openpai(request: Request) -> bool:
-    return request.url.path.startswith("/api/v2/")
+    return request.url.path.startswith(("/api/v2/", "/rest-server/"))  # openpai/rest_server.py
 
 
 def _bad_body_code(request: Request, code: str) -> str:

@@ -17,7 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context, bearer
 from shoal.server.openpai import accounts_groups, accounts_users
-from shoal.server.openpai.accounts_common import done, user_token_only
+from shoal.server.openpai.accounts_common import done, forbidden_application, user_token_only
 from shoal.server.services import users
 
 router = APIRouter(prefix="/api/v2", tags=["openpai"])
@@ -84,7 +84,10 @@ def basic_logout(
     caller: Caller,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> dict[str, str]:
-    """Revoke the token this request came with."""
+    """Revoke the token this request came with (a user token: an application token's user
+    revokes it with ``DELETE /api/v2/tokens/{token}``)."""
+    if caller.kind != "user":
+        raise forbidden_application()
     assert credentials is not None  # ``Caller`` has checked it
     users.revoke_presented(ctx, caller, credentials.credentials)
     return done("Logout successfully")

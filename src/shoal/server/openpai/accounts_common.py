@@ -23,3 +23,37 @@ def user_token_only(caller: Principal) -> None:
             "application tokens may only operate on jobs; use a user token "
             "(POST /api/v2/authn/basic/login gives one)",
         )
+
+
+# The texts OpenPAI's description gives its two ForbiddenUserError refusals (verbatim, its typo
+# too); shoal's reason and fix go in ``problems``.
+APPLICATIONS_REFUSED = "Applications are not allowed to do this operation."
+NON_ADMIN_REFUSED = "Non-admin is not allow to do this operation."
+
+
+def forbidden_application() -> ApiError:
+    return ApiError(
+        403,
+        "ForbiddenUserError",
+        APPLICATIONS_REFUSED,
+        [
+            {
+                "path": "Authorization",
+                "message": "an application token may only operate on jobs; use a user token "
+                "(POST /api/v2/authn/basic/login gives one)",
+            }
+        ],
+    )
+
+
+def admin_only(caller: Principal) -> None:
+    """For the routes only admins use: OpenPAI's 403 for an application token or a non-admin."""
+    if caller.kind != "user":
+        raise forbidden_application()
+    if not caller.is_admin:
+        raise ApiError(
+            403,
+            "ForbiddenUserError",
+            NON_ADMIN_REFUSED,
+            [{"path": "Authorization", "message": "only admins may do this; ask an admin"}],
+        )

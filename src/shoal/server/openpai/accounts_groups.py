@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from shoal.server.deps import Caller, Context
-from shoal.server.openpai.accounts_common import done
+from shoal.server.openpai.accounts_common import admin_only, done
 from shoal.server.services import groups
 from shoal.server.services.groups import Group, GroupChange
 
@@ -58,6 +58,7 @@ def list_groups(ctx: Context, caller: Caller) -> list[dict[str, Any]]:
 
 @router.post("/groups", status_code=201)
 def create_group(body: GroupIn, ctx: Context, caller: Caller) -> dict[str, str]:
+    admin_only(caller)
     change = GroupChange(body.description, body.externalName, body.extension, full=True)
     groups.create_group(ctx, caller, body.groupname, change)
     return done("group is created successfully")
@@ -66,6 +67,7 @@ def create_group(body: GroupIn, ctx: Context, caller: Caller) -> dict[str, str]:
 @router.put("/groups", status_code=201)
 def update_group(body: GroupUpdate, ctx: Context, caller: Caller) -> dict[str, str]:
     """``patch: true`` changes the attributes given; ``false`` resets the others."""
+    admin_only(caller)
     data = body.data
     change = GroupChange(data.description, data.externalName, data.extension, not body.patch)
     groups.update_group(ctx, caller, data.groupname, change)
@@ -79,6 +81,7 @@ def get_group(group: str, ctx: Context, caller: Caller) -> dict[str, Any]:
 
 @router.delete("/groups/{group}", status_code=201)
 def delete_group(group: str, ctx: Context, caller: Caller) -> dict[str, str]:
+    admin_only(caller)
     groups.delete_group(ctx, caller, group)
     return done("group is removed successfully")
 
@@ -86,6 +89,7 @@ def delete_group(group: str, ctx: Context, caller: Caller) -> dict[str, str]:
 @router.get("/groups/{group}/userlist")
 def group_members(group: str, ctx: Context, caller: Caller) -> list[dict[str, Any]]:
     """The group's users (admins); an unknown group has none, as in OpenPAI."""
+    admin_only(caller)
     return [
         {"username": name, "clusterAdmin": admin}
         for name, admin in groups.members(ctx, caller, group)

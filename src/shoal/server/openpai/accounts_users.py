@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
-from shoal.server.openpai.accounts_common import done
+from shoal.server.openpai.accounts_common import admin_only, done
 from shoal.server.services import profiles, users
 from shoal.server.services.profiles import NewProfile, Profile, ProfileChange
 
@@ -112,6 +112,7 @@ def _require_all(data: BaseModel, fields: tuple[str, ...]) -> None:
 
 @router.post("/users", status_code=201)
 def create_user(body: UserCreate, ctx: Context, caller: Caller) -> dict[str, str]:
+    admin_only(caller)
     profiles.create(
         ctx,
         caller,
@@ -136,6 +137,7 @@ def list_users(ctx: Context, caller: Caller) -> list[dict[str, Any]]:
 @router.put("/users", status_code=201)
 def update_user(body: UserUpdate, ctx: Context, caller: Caller) -> dict[str, str]:
     """An admin's change of a user: ``patch: true`` changes the fields given, ``false`` all."""
+    admin_only(caller)
     data = body.data
     if not body.patch:
         _require_all(data, ("email", "virtualCluster", "admin", "password", "extension"))
@@ -153,7 +155,9 @@ def update_user(body: UserUpdate, ctx: Context, caller: Caller) -> dict[str, str
 
 @router.put("/users/me", status_code=201)
 def update_me(body: SelfUpdate, ctx: Context, caller: Caller) -> dict[str, str]:
-    """Your own email, extension or password (``oldPassword`` needed if you have one)."""
+    """Your own email, extension or password (``oldPassword`` needed if you have one). As
+    OpenPAI's server does, the fields given are set and the others left as they are, whatever
+    ``patch`` says; ``patch: false`` replaces ``extension`` (when given) instead of merging it."""
     data = body.data
     if data.username != caller.user:
         raise ApiError(
@@ -162,8 +166,6 @@ def update_me(body: SelfUpdate, ctx: Context, caller: Caller) -> dict[str, str]:
             f"data.username is {data.username}, but you are {caller.user}: /users/me changes "
             "only yourself",
         )
-    if not body.patch:
-        _require_all(data, ("email", "newPassword", "extension"))
     change = ProfileChange(
         password=data.newPassword,
         email=data.email,
@@ -183,6 +185,7 @@ def get_user(user: str, ctx: Context, caller: Caller) -> dict[str, Any]:
 def delete_user(user: str, ctx: Context, caller: Caller) -> dict[str, str]:
     """Delete a user and revoke their tokens (admins). Active jobs refuse it (403): stop them,
     or delete with ``/api/v1/users/{name}?stopJobs=true``."""
+    admin_only(caller)
     try:
         users.delete_user(ctx, caller, user)
     except ApiError as exc:
@@ -209,17 +212,20 @@ def _described_delete_error(exc: ApiError, user: str) -> ApiError:
 
 @router.put("/users/{user}/group/", status_code=201)
 def add_group(user: str, body: GroupName, ctx: Context, caller: Caller) -> dict[str, str]:
+    admin_only(caller)
     profiles.change_groups(ctx, caller, user, [body.groupname], "add")
     return done(f"User {user} is added into group {body.groupname}")
 
 
 @router.delete("/users/{user}/group/", status_code=201)
 def remove_group(user: str, body: GroupName, ctx: Context, caller: Caller) -> dict[str, str]:
+    admin_only(caller)
     profiles.change_groups(ctx, caller, user, [body.groupname], "remove")
     return done(f"User {user} is removed from group {body.groupname}")
 
 
 @router.put("/users/{user}/grouplist/", status_code=201)
 def set_groups(user: str, body: GroupList, ctx: Context, caller: Caller) -> dict[str, str]:
+    admin_only(caller)
     profiles.change_groups(ctx, caller, user, body.grouplist, "set")
     return done("update user grouplist successfully.")

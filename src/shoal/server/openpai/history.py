@@ -157,23 +157,27 @@ def job_attempts_healthz(framework: str, caller: Caller) -> Response:
 
 @router.get("/jobs/{framework}/job-attempts", response_model=None)
 def job_attempts(framework: str, ctx: Context, caller: Caller) -> list[dict[str, Any]]:
-    """Every attempt of the job, the latest first (deprecated in OpenPAI; its clients use it)."""
+    """Every attempt of the job, the latest first (deprecated in OpenPAI; its clients use it).
+    A job not placed yet has one, attempt 0, waiting: OpenPAI lists the framework it created at
+    submission, as ``/attempts/0`` shows it."""
     with answering(404), ctx.db.read() as session:
         job = find_job(session, caller, framework)
-        return [_job_attempt(session, job, attempt) for attempt in range(job.attempt, 0, -1)]
+        shown = range(job.attempt, 0, -1) if job.attempt else [0]
+        return [_job_attempt(session, job, attempt) for attempt in shown]
 
 
 @router.get("/jobs/{framework}/job-attempts/{attempt}", response_model=None)
 def job_attempt(framework: str, attempt: DbInt, ctx: Context, caller: Caller) -> dict[str, Any]:
     with answering(404), ctx.db.read() as session:
         job = find_job(session, caller, framework)
-        if not 0 <= attempt < job.attempt:
+        if not 0 <= attempt < max(job.attempt, 1):  # attempt 0 of a job not placed yet too
             raise ApiError(404, "NoJobError", f"job {framework} has no attempt {attempt}")
-        return _job_attempt(session, job, attempt + 1)
+        return _job_attempt(session, job, min(attempt + 1, job.attempt))
 
 
 def _job_attempt(session: Session, job: Job, attempt: int) -> dict[str, Any]:
-    """OpenPAI's ``JobAttempt`` for shoal's ``attempt`` of ``job``."""
+    """OpenPAI's ``JobAttempt`` for shoal's ``attempt`` of ``job`` (0: not placed yet, whose
+    ``uid`` is the one its first attempt will have)."""
     detail = views.detail(session, job, attempt, ())
     status = detail["jobStatus"]
     latest = attempt == job.attempt
@@ -190,11 +194,11 @@ def _job_attempt(session: Session, job: Job, attempt: int) -> dict[str, Any]:
     return {
         "jobName": job.name,
         "frameworkName": job.id,
-        "uid": status["appId"],
+        "uid": status["appId"] or f"{job.id}-1",
         "userName": job.user,
         "state": status["attemptState"],
         "originState": status["subState"],
-        "attemptIndex": attempt - 1,
+        "attemptIndex": max(attempt - 1, 0),
         "jobStartedTime": views.ms(job.submitted_at),
         "attemptStartedTime": status["appCreatedTime"],
         "attemptCompletedTime": status["appCompletedTime"],

@@ -16,6 +16,7 @@ from shoal.server.openpai import views
 from shoal.server.openpai.errors import answering
 from shoal.server.openpai.listing import listing_query, ordered
 from shoal.server.openpai.lookup import find_job
+from shoal.server.openpai.pending_starts import pending_starts
 from shoal.server.openpai.tags import tags_of
 from shoal.server.schemas import SubmitRequest
 from shoal.server.services import jobs as job_service
@@ -95,14 +96,19 @@ class ExecutionType(BaseModel):
 
 @router.put("/jobs/{framework}/executionType", status_code=202)
 def set_execution_type(
-    framework: str, body: ExecutionType, ctx: Context, caller: Caller
+    framework: str, body: ExecutionType, request: Request, ctx: Context, caller: Caller
 ) -> dict[str, str]:
+    """``START`` runs an ended job again as its next attempt, and a stopping one once it has
+    stopped (``pending_starts.py``); ``STOP`` stops the job (and cancels such a START)."""
     with answering(400, 404), ctx.db.read() as session:
         job = find_job(session, caller, framework)
+    starts = pending_starts(request.app)
     with answering(400, 404):
-        if body.value == "START":  # an ended job runs again as its next attempt
-            restarts.restart(ctx, caller, job.id)
+        if body.value == "START":
+            if not starts.ask(caller, job.id):
+                restarts.restart(ctx, caller, job.id)
         else:
+            starts.cancel(caller, job.id)
             job_service.stop(ctx, caller, job.id)
     return {"message": f"execute job {job.name} successfully"}
 

@@ -41,11 +41,23 @@ class GroupChange:
     full: bool = False  # a full update: what is not given is reset
 
 
+# OpenPAI's clusters have a ``default`` group, and its clients put users in it: shoal's always
+# exists (with no row until it is changed). It grants the default VC, open to everyone anyway,
+# so being in it or not changes nothing; it cannot be deleted.
+DEFAULT_GROUP = "default"
+DEFAULT_GROUP_DESCRIPTION = (
+    "Every user's group, as OpenPAI's default group: it grants the default VC, which is open to "
+    "everyone, so membership changes nothing"
+)
+
+
 def known(session: Session) -> dict[str, UserGroup | None]:
-    """Every group: those with a row, and the names users carry without one (None)."""
+    """Every group: those with a row, ``default``, and the names users carry without one
+    (None)."""
     groups: dict[str, UserGroup | None] = {
         row.name: row for row in session.scalars(select(UserGroup).order_by(UserGroup.name))
     }
+    groups.setdefault(DEFAULT_GROUP, None)
     for carried in session.scalars(select(User.groups)):
         for name in carried:
             groups.setdefault(name, None)
@@ -121,6 +133,13 @@ def delete_group(ctx: ServerContext, caller: Principal, name: str) -> None:
     VCs' mention of it (``vcs.forget_member``). OpenPAI describes no 404 here: an unknown group
     is a 500 ``NoGroupError``, as OpenPAI's own server answers (its store's error passed on)."""
     require_admin(caller)
+    if name == DEFAULT_GROUP:
+        raise ApiError(
+            403,
+            "ForbiddenUserError",
+            "group default always exists, as on OpenPAI; take users out of it with "
+            "PUT /api/v2/users/{user}/grouplist/ instead",
+        )
     with ctx.db.write() as session:
         groups = known(session)
         if name not in groups:
@@ -153,11 +172,15 @@ def _view(vc_rows: list[VirtualClusterRow], name: str, row: UserGroup | None) ->
     extension["acls"] = acls
     return Group(
         name=name,
-        description=row.description if row is not None else "",
+        description=row.description if row is not None else _default_description(name),
         external_name=row.external_name if row is not None else "",
         extension=extension,
         virtual_clusters=usable,
     )
+
+
+def _default_description(name: str) -> str:
+    return DEFAULT_GROUP_DESCRIPTION if name == DEFAULT_GROUP else ""
 
 
 def _check_extension(extension: dict[str, Any] | None) -> None:
