@@ -498,6 +498,14 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
         result: dict[str, Any] = self._call("POST", "/api/v1/admin/ca/finish", params=params)
         return result
 
+    # ---- tasks held for debugging (docs/debug-jobs.md) ----
+
+    def release(self, ref: str, task: str | None = None) -> dict[str, Any]:
+        """End the hold of the job's held tasks (``task``: ROLE/INDEX, only that one)."""
+        body = {"task": task} if task is not None else {}
+        result: dict[str, Any] = self._call("POST", f"/api/v1/jobs/{ref}/release", json=body)
+        return result
+
     # ---- SSH (docs/ssh.md) ----
 
     def add_ssh_key(self, public_key: str, name: str | None = None) -> dict[str, Any]:

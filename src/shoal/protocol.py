@@ -213,6 +213,10 @@ class RunningReport(BaseModel):
     started_at: float
     epoch: int = Field(0, description="The node epoch the attempt was launched under.")
     usage: dict[str, Any] = Field(default_factory=dict)
+    held_exit_code: int | None = Field(
+        None, description="Held for debugging (docs/debug-jobs.md): its command's exit code."
+    )
+    held_until: float | None = Field(None, description="When the agent ends the hold by itself.")
 
 
 # Where, in an attempt's directory, a task's command may leave one line on why it failed (the
@@ -388,6 +392,11 @@ class LaunchOrder(BaseModel):
         repr=False,
         description="Kubernetes agents only: the attempt's credential for GET "
         "/api/v1/attempts/{id}/code and /data/{sha256}, given to its Pod through a Secret.",
+    )
+    debug_hold_s: float | None = Field(
+        None,
+        description="A debug task (docs/debug-jobs.md): held this long once its command fails "
+        "(None: not held). A kill order for a held attempt releases it.",
     )
 
 

@@ -153,7 +153,6 @@ def test_sample_warns_about_what_shoal_does_not_do() -> None:
         "codeDir",
         "dataDir",
         "outputDir",
-        "jobEnvs.isDebug",
         "taskRoles[1].portList[1].beginAt",
     }
     assert "$PAI_CODE_DIR" in warnings["codeDir"].message

@@ -35,6 +35,11 @@ class Attempt:
     adopted: bool = False  # started by an earlier run of this agent
     cgroup: TaskCgroup | None = None  # its limits and usage (None: this node limits nothing)
     setup: TaskSetup | None = None  # as launched by this run of the agent
+    # a debug task whose command failed (shoal.agent.debug_hold): its exit code, when the hold
+    # runs out (time.time()), and whether the hold is being ended
+    held_code: int | None = None
+    held_until: float | None = None
+    released: bool = False
 
     @property
     def attempt_id(self) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from shoal.agent.attempt import Attempt
 from shoal.agent.cache import NodeCache
+from shoal.agent.debug_hold import note_hold, wrap_if_debug
 from shoal.agent.environment import (
     contract_environment,
     process_environment,
@@ -245,7 +246,7 @@ class Runner:
                 start_dir=start_dir(order, attempt.workdir, err, user),
                 attempt_dir=attempt_dir,
                 env=env,
-                shell_argv=shell_argv(order, env),
+                shell_argv=wrap_if_debug(order, attempt.workdir, shell_argv(order, env)),
                 cgroup=attempt.cgroup,
                 data_root=self.cache.data_root,
                 user=user,
@@ -315,8 +316,22 @@ class Runner:
             return
         if not self._running(attempt):
             return  # it exited on its own before the kill: the monitor reports its own exit
+        if note_hold(attempt):
+            self.release(attempt_id)  # its command has ended already: it ends as it did
+            return
         attempt.stop_requested = True
         self._save(attempt)
+        self._terminate(attempt)
+
+    def release(self, attempt_id: str) -> None:
+        """End a held attempt's hold (docs/debug-jobs.md): its wrapper is told to stop and exits
+        with its command's own exit code, which is what the attempt reports."""
+        with self.lock:
+            attempt = self.attempts.get(attempt_id)
+        if attempt is None or attempt.held_code is None or attempt.released:
+            return
+        attempt.released = True
+        log.info("hold of %s ends (exit code %s)", attempt_id, attempt.held_code)
         self._terminate(attempt)
 
     def _save(self, attempt: Attempt) -> None:
@@ -349,7 +364,11 @@ class Runner:
                 self._finish_with(attempt, ended)
                 changed = True
                 continue
-            if attempt.deadline is not None and now >= attempt.deadline and not attempt.timed_out:
+            if note_hold(attempt):
+                assert attempt.held_until is not None
+                if time.time() >= attempt.held_until:
+                    self.release(attempt.attempt_id)  # the hold ran out
+            elif attempt.deadline is not None and now >= attempt.deadline and not attempt.timed_out:
                 attempt.timed_out = True
                 self._save(attempt)
                 self._terminate(attempt)
@@ -482,6 +501,8 @@ class Runner:
                     started_at=a.started_at or time.time(),
                     usage=dict(a.usage),
                     epoch=a.order.epoch,
+                    held_exit_code=a.held_code if a.exit is None else None,
+                    held_until=a.held_until if a.exit is None else None,
                 )
                 for a in self.attempts.values()
                 if a.pid is not None and (a.exit is None or not a.logs_done)

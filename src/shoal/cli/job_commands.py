@@ -251,3 +251,6 @@ def _dry_run_json(result: DryRun, task: tuple[str, int] | None, name: str) -> di
 from shoal.cli import exec_command  # noqa: E402  (it imports nothing of this module)
 
 exec_command.register(job_app)  # `job exec`, `job exec-sessions`
+from shoal.cli import release_command  # noqa: E402
+
+release_command.register(job_app)  # `job release` (docs/debug-jobs.md)

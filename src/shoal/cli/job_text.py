@@ -164,7 +164,7 @@ def _task_rows(detail: Job) -> list[list[str]]:
     rows = []
     for t in detail["tasks"]:
         ports = " ".join(f"{k}={','.join(map(str, v))}" for k, v in t["ports"].items())
-        exit_text = "" if t["exitCode"] is None else f"{t['exitCode']} {t['exitClass']}"
+        exit_text = "" if t["exitCode"] is None else f"{t['exitCode']} {t['exitClass'] or ''}"
         rows.append(
             [
                 f"{t['role']}/{t['index']}",
@@ -265,7 +265,20 @@ def status_text(detail: Job, why: Job | None, width: int | None) -> str:
         lines.append(elements_text(detail.get("elements") or [], detail["id"], width))
     else:
         lines.append(tasks_text(detail, width))
+        lines.extend(held_lines(detail))
     return "\n".join(lines)
+
+
+HELD = "held for debugging"  # how a held task's diagnostics start (docs/debug-jobs.md)
+
+
+def held_lines(detail: Job) -> list[str]:
+    """The job's tasks held for debugging: until when, and how to free them."""
+    return [
+        f"  {t['role']}/{t['index']}: {t['diagnostics']}"
+        for t in detail.get("tasks") or []
+        if t["state"] == "RUNNING" and str(t.get("diagnostics") or "").startswith(HELD)
+    ]
 
 
 _ELEMENT_COLUMNS = [

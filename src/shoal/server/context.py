@@ -46,6 +46,7 @@ class ServerContext:
     exec_hub: ExecHub = field(default_factory=ExecHub)  # exec sessions in flight (terminals)
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
+    held: dict[str, float] = field(default_factory=dict)  # attempts held for debugging: until
     closing: bool = False  # set when the server shuts down: long polls answer at once
     # as of the last cycle: the scheduler thread's own, or a proxy asking the scheduler process
     positions: Positions = field(default_factory=QueuePositions)

@@ -375,6 +375,17 @@ class StopResult(BaseModel):
     array: ArrayOut | None = Field(None, description="An array's parent: its elements now.")
 
 
+class ReleaseRequest(BaseModel):
+    task: str | None = Field(
+        None, description="ROLE/INDEX: only this task (none: every held task of the job)."
+    )
+
+
+class ReleaseResult(BaseModel):
+    id: str
+    released: list[str] = Field(description="The tasks whose hold ends, as ROLE/INDEX.")
+
+
 class CodeArchiveOut(BaseModel):
     sha256: str
     size: int

@@ -33,6 +33,29 @@ NODE_CERT_LIFETIME_S = 365 * 86400.0
 MIN_NODE_CERT_LIFETIME_S = 10.0
 
 
+# How long a failed task of a debug role is held when its role does not say (docs/debug-jobs.md):
+# a day, unless $SHOAL_DEBUG_HOLD_S (seconds) in the server's environment says otherwise.
+DEBUG_HOLD_ENV = "SHOAL_DEBUG_HOLD_S"
+DEBUG_HOLD_S = 24 * 3600.0
+
+
+def debug_hold_from_env() -> float:
+    """$SHOAL_DEBUG_HOLD_S, or a day; anything but a positive number of seconds is an error
+    naming the variable."""
+    text = os.environ.get(DEBUG_HOLD_ENV, "").strip()
+    if not text:
+        return DEBUG_HOLD_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f"${DEBUG_HOLD_ENV}={text!r}: must be a positive number of seconds (unset: a day)"
+        )
+    return value
+
+
 class FencingError(ValueError):
     """The node timeout leaves no room for a lease (see ``ServerSettings.check_fencing``)."""
 
@@ -99,6 +122,8 @@ class ServerSettings:
     kubernetes_namespace: str = "default"
     # How long the node certificates it signs (at join and renewal) last, in seconds.
     node_cert_lifetime_s: float = field(default_factory=node_cert_lifetime_from_env)
+    # How long a failed debug task is held when its role does not say, in seconds.
+    debug_hold_s: float = field(default_factory=debug_hold_from_env)
 
     @property
     def heartbeat_write_s(self) -> float:

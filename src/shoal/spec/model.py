@@ -93,6 +93,10 @@ class TaskRoleSpec(BaseModel):
     completion: Completion = Field(default_factory=Completion)
     task_retry_count: int = 0
     data: tuple[str, ...] = ()  # data sets this role's tasks read (besides the job's)
+    # Hold a failed task for debugging (docs/debug-jobs.md): its environment and resources are
+    # kept for ``debug_hold_s`` seconds (None: the server's default) after its command fails.
+    debug: bool = False
+    debug_hold_s: int | None = None
 
 
 class JobSpec(BaseModel):

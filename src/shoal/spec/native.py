@@ -78,6 +78,8 @@ class RawRole(BaseModel):
     completion: RawCompletion = Field(default_factory=RawCompletion)
     retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] = 0
     data: DataRefs = Field(default_factory=list)
+    debug: bool = False
+    debug_hold: int | str | None = None
 
 
 class RawNativeJob(BaseModel):
@@ -256,7 +258,23 @@ def _role(
         ),
         task_retry_count=raw.retries,
         data=tuple(dict.fromkeys(raw.data)),
+        debug=raw.debug,
+        debug_hold_s=_debug_hold(raw, base, reader, problems),
     )
+
+
+def _debug_hold(
+    raw: RawRole, base: str, reader: ResourceReader, problems: ProblemCollector
+) -> int | None:
+    """How long a failed task of the role is held (None: the server's default)."""
+    if raw.debug_hold is None:
+        return None
+    if not raw.debug:
+        problems.warn(
+            f"{base}.debug_hold", "has no effect without debug: true (add it to hold failed tasks)"
+        )
+        return None
+    return reader.duration(raw.debug_hold, f"{base}.debug_hold")
 
 
 def _policy(

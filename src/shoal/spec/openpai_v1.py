@@ -17,8 +17,8 @@ Differences from OpenPAI, each reported as a warning where it applies: HDFS dire
 (``codeDir``/``dataDir``/``outputDir``) are not fetched, only exported as ``$PAI_CODE_DIR``,
 ``$PAI_DATA_DIR``, ``$PAI_OUTPUT_DIR`` as OpenPAI did; ``portList[].beginAt`` is ignored because
 shoal allocates ports; ``authFile``, ``extras``, ``killAllOnCompletedTaskNumber`` and the
-``isDebug``/``paiAzRDMA`` job envs are not acted on. Job names may not contain ``~``, which
-separates user and job in OpenPAI v2 job ids.
+``paiAzRDMA`` job env are not acted on; ``isDebug`` holds failed tasks (docs/debug-jobs.md).
+Job names may not contain ``~``, which separates user and job in OpenPAI v2 job ids.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def _warn_unused(raw: RawPaiV1Job, problems: ProblemCollector) -> None:
     if raw.extras is not None:
         problems.warn("extras", "OpenPAI v1 extras are not acted on")
     for key in IGNORED_JOB_ENVS:
-        if key in raw.jobEnvs:
+        if key in raw.jobEnvs and key != "isDebug":
             problems.warn(
                 f"jobEnvs.{key}", f"{key} is an OpenPAI switch that shoal does not act on"
             )
@@ -256,6 +256,7 @@ def _role(
         command=raw.command,
         image=job.image if job else None,
         completion=_completion(base, raw, problems),
+        debug=job is not None and job.jobEnvs.get("isDebug") in (True, "true"),
     )
 
 

@@ -361,6 +361,7 @@ def _role(
         completion=_completion(raw, base, problems),
         task_retry_count=raw.taskRetryCount,
         data=data_sets,
+        debug=extras.debug,
     )
 
 

@@ -22,6 +22,7 @@ class ExtrasView:
     gang: bool = True
     priority_class: str = "test"
     sku_types: dict[str, str] = field(default_factory=dict)
+    debug: bool = False  # ``jobEnvs.isDebug``: failed tasks are held (docs/debug-jobs.md)
     plugins: list[ReadPlugin] = field(default_factory=list)  # the runtime plugins shoal runs
 
 
@@ -40,9 +41,30 @@ def read_extras(
             _read_hived(value, role_names, view, problems)
         elif key == "com.microsoft.pai.runtimeplugin":
             view.plugins = read_plugin_list(value, role_names, problems)
+        elif key == "jobEnvs":
+            view.debug = _read_job_envs(value, problems)
         else:
             problems.warn(path, "is not acted on by shoal")
     return view
+
+
+def _read_job_envs(value: Any, problems: ProblemCollector) -> bool:
+    """OpenPAI's job switches: ``isDebug`` holds failed tasks for debugging; the others are
+    warned about. Returns whether the job is a debug job."""
+    base = "extras.jobEnvs"
+    if not isinstance(value, dict):
+        problems.error(base, f"must be a mapping, got {describe(value)}")
+        return False
+    debug = False
+    for key, item in value.items():
+        if key == "isDebug":
+            if isinstance(item, bool):
+                debug = item
+            else:
+                problems.error(f"{base}.isDebug", f"must be true or false, got {describe(item)}")
+        else:
+            problems.warn(f"{base}.{key}", "is not acted on by shoal")
+    return debug
 
 
 def _read_hived(

@@ -30,6 +30,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
+from shoal.agent.debug_hold import wrap_if_debug
 from shoal.agent.keeper import CLEANUP_FILE
 from shoal.agent.runtimes import Launch, LaunchRefused, TaskSetup, container_shim
 from shoal.protocol import LaunchOrder, TaskLimits, fill_in
@@ -105,7 +106,8 @@ class ContainerRuntime:
         assert self.podman is not None
         name = container_name(self.instance, order.attempt_id)
         run = [self.podman, "run", "--detach", "--name", name, *self._options(setup)]
-        run += [image_id, "/bin/sh", "-c", _command(setup)]
+        command = ["/bin/sh", "-c", _command(setup)]
+        run += [image_id, *wrap_if_debug(order, setup.workdir, command)]  # held in the container
         join = setup.cgroup.procs_files if setup.cgroup is not None else []
         argv = [*SHIM, name, ":".join(join) or "-", str(self._guard_file(name)), "--", *run]
         # what the keeper runs if its lease lapses (no agent to call ``cleanup``): a container

@@ -26,12 +26,14 @@ from shoal.server.schemas import (
     PlanOut,
     PlanRequest,
     ProblemOut,
+    ReleaseRequest,
+    ReleaseResult,
     StopResult,
     SubmitRequest,
     SubmittedJob,
 )
+from shoal.server.services import debug_holds, submission
 from shoal.server.services import jobs as job_service
-from shoal.server.services import submission
 from shoal.server.services.accounting import job_accounts
 from shoal.server.services.arrays import element_counts, no_logs_of_a_parent
 from shoal.server.services.dryrun import plan_jobs
@@ -274,6 +276,17 @@ def stop_job(job: str, ctx: Context, caller: Caller) -> StopResult:
                 stopped, element_counts(session.connection(), [stopped.id])[stopped.id]
             )
     return StopResult(id=stopped.id, state=stopped.state, array=array)
+
+
+@router.post("/{job}/release", response_model=ReleaseResult, status_code=202)
+def release_job(
+    job: str, ctx: Context, caller: Caller, body: ReleaseRequest | None = None
+) -> ReleaseResult:
+    """End the hold of the job's tasks held for debugging (docs/debug-jobs.md): each then ends
+    as its command did. 409 NotHeldError when none is held."""
+    task = body.task if body is not None else None
+    job_id, released = debug_holds.release(ctx, caller, job, task)
+    return ReleaseResult(id=job_id, released=released)
 
 
 @router.get("/{job}/events", response_model=list[EventOut])

@@ -36,7 +36,7 @@ from shoal.server.services.metrics import record_report
 from shoal.server.services.node_life import change_node
 from shoal.server.services.reports import apply_report, node_epochs
 from shoal.server.services.snapshot import spec_of
-from shoal.spec.model import Resources, Runtime, SourceFormat
+from shoal.spec.model import Resources, Runtime, SourceFormat, TaskRoleSpec
 from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
 from shoal.store.models import Job, Node, Task, User
 
@@ -167,7 +167,15 @@ def _launch_order(
         image=image_ref_for(job, task.role),
         image_name=spec.role(task.role).image,
         owner=job.user,
+        debug_hold_s=_debug_hold(ctx, spec.role(task.role)),
     )
+
+
+def _debug_hold(ctx: ServerContext, role: TaskRoleSpec) -> float | None:
+    """How long a failed task of ``role`` is held (None: it is not; docs/debug-jobs.md)."""
+    if not role.debug:
+        return None
+    return float(role.debug_hold_s) if role.debug_hold_s else ctx.settings.debug_hold_s
 
 
 def _limits(task: Task, resources: Resources) -> TaskLimits:

@@ -26,6 +26,7 @@ from shoal.core.states import State
 from shoal.protocol import AgentNode, ReportRequest, RunningReport
 from shoal.server.context import ServerContext
 from shoal.server.notify import noted_news
+from shoal.server.services.debug_holds import hold_ended, newly_held, note_hold
 from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
 from shoal.server.services.node_life import change_node, note_drained, record_node_event
@@ -206,6 +207,7 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
                     task.started_at = report.started_at
                 if report.busy_port is not None:  # placed again on free ports, if it may
                     mark_port_clash(session, task, report.busy_port, report.finished_at)
+                hold_ended(ctx, session, task, report.attempt_id, report.finished_at)
                 on_exit(session, task, result, report.finished_at, report.usage)
                 ended.add(task.node)
                 changed = True
@@ -247,7 +249,8 @@ def _load_changing(
         if row is None or is_stale(row, running.epoch, epochs):
             continue
         fresh = running.attempt_id not in ctx.seen_attempts or not row.launch_acked
-        if fresh or row.state == State.WAITING.value or row.usage != running.usage:
+        changing = row.usage != running.usage or newly_held(ctx, running)
+        if fresh or row.state == State.WAITING.value or changing:
             ids.add(row.id)
     ids.update(named[e.attempt_id].id for e in request.exited if e.attempt_id in named)
     if not ids:
@@ -306,6 +309,8 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
             stale.append(running.attempt_id)
         elif not row.launch_acked or running.attempt_id not in ctx.seen_attempts:
             return None
+        elif newly_held(ctx, running):
+            return None  # a hold to note
     if vanished(named, request, answered):
         return None  # the write path ends them
     return stale
@@ -327,6 +332,7 @@ def _note_running(
         )
     ctx.seen_attempts.add(running.attempt_id)
     on_started(session, task, running.pid, running.started_at)
+    note_hold(ctx, session, task, running, now)
     if task.usage != running.usage:  # an unchanged value is not written again
         task.usage = dict(running.usage)
 
