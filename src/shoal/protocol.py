@@ -454,11 +454,50 @@ def read_control(text: str) -> dict[str, Any] | None:
     return message
 
 
+# ---- tunnels: a TCP connection to a running task's port (docs/proxy.md) ----
+#
+# The agent opens ``tunnel_path(session_id)`` with its credentials, waits for the server's
+# attached, connects to the task's port and says connected (or error {code, message}); from then
+# on binary frames are the connection's bytes, both ways, and a close ends it. The user's side may
+# half-close first: eof, and the agent shuts the connection's writing side.
+
+TUNNEL_CONTROLS = ("attached", "connected", "error", "eof")  # eof: the user's side half-closed
+
+
+class TunnelOrder(BaseModel):
+    """Connect to ``port`` of the running attempt and relay its bytes over the WebSocket at
+    ``tunnel_path(session_id)``: `shoal job port-forward`, `shoal job ssh`, the task proxy."""
+
+    session_id: str
+    attempt_id: str
+    port: int = Field(ge=1, le=65535)
+
+
+def tunnel_path(session_id: str) -> str:
+    """Where an agent attaches to a tunnel (a WebSocket)."""
+    return f"/api/v1/agent/tunnel/{session_id}"
+
+
+def tunnel_control(text: str) -> dict[str, Any] | None:
+    """A tunnel's control frame, or None when the text is not one."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("type") not in TUNNEL_CONTROLS:
+        return None
+    return message
+
+
 class OrdersResponse(BaseModel):
     launch: list[LaunchOrder] = Field(default_factory=list)
     kill: list[str] = Field(default_factory=list)
     exec: list[ExecOrder] = Field(
         default_factory=list, description="Sessions to attach to (`shoal job exec`, a terminal)."
+    )
+    tunnels: list[TunnelOrder] = Field(
+        default_factory=list,
+        description="Connections to a task's port to relay (port-forward, ssh, the task proxy).",
     )
 
 

@@ -46,6 +46,7 @@ from shoal.agent.resources import NodeSpec, open_nvml
 from shoal.agent.runner import Runner, default_runtimes
 from shoal.agent.shipper import LogShipper
 from shoal.agent.task_users import TaskUsers
+from shoal.agent.tunnel_relay import TunnelRelays
 from shoal.agent.workspace import Workspace
 from shoal.protocol import (
     MISMATCH_STATUS,
@@ -117,6 +118,7 @@ class Agent:
         self.shipper = LogShipper(self.runner, self._upload_logs)
         self.metrics = NodeSampler(self.runner.live_usage, open_nvml())  # sent with reports
         self.exec_relays = ExecRelays(self.runner, connection)  # `shoal job exec`, terminals
+        self.tunnel_relays = TunnelRelays(self.runner, connection)  # port-forward, ssh, proxy
         # a joined node's certificate, renewed before it expires (agent/renewal.py)
         self.renewer = (
             None
@@ -155,6 +157,7 @@ class Agent:
         (the old certificate stays valid until it expires)."""
         old = (self._file_client, self._report_client, self._order_client)
         self.connection = self.exec_relays.connection = connection
+        self.tunnel_relays.connection = connection
         self._file_client = self._client(60.0)
         self._report_client = self._client(10.0)
         self._order_client = self._client(ORDER_WAIT_S + 10.0)
@@ -224,6 +227,7 @@ class Agent:
     def stop(self, grace: float = 10.0) -> None:
         """Stop every task, report the exits if the server listens, and end the threads."""
         self.exec_relays.stop_all()  # before the tasks: what a session started ends with it
+        self.tunnel_relays.stop_all()
         self.runner.stop_all(grace)
         self.runner.poll()
         try:
@@ -370,6 +374,8 @@ class Agent:
                 self.runner.launch(order)
             for session in orders.exec:
                 self.exec_relays.start(session)
+            for tunnel in orders.tunnels:
+                self.tunnel_relays.start(tunnel)
             for attempt_id in orders.kill:
                 self.runner.kill(attempt_id)
             if orders.launch or orders.kill:

@@ -282,6 +282,13 @@ class Runner:
         runtime = self.runtimes[attempt.order.runtime]
         return runtime.exec_argv(attempt.setup, argv, tty)
 
+    def running_order(self, attempt_id: str) -> LaunchOrder | None:
+        """The order of an attempt running here (None: not here, or ended): what a tunnel to
+        one of its ports checks."""
+        with self.lock:
+            attempt = self.attempts.get(attempt_id)
+        return attempt.order if attempt is not None and attempt.exit is None else None
+
     def unsupported(self) -> dict[str, str]:
         """What this node cannot do, with why: runtimes and limits (the node reports it)."""
         found = dict(self.limiter.unsupported)

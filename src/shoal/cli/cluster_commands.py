@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -105,6 +106,13 @@ def up(
     ),
     kubeconfig: str | None = kubeconfig_option(),
     namespace: str = namespace_option(),
+    proxy_port: int | None = typer.Option(
+        None,
+        "--proxy-port",
+        min=0,
+        max=65535,
+        help="The task proxy's port (docs/proxy.md). Default: --port + 1 if free, else any.",
+    ),
 ) -> None:
     """Start a local cluster: a server and an agent running N simulated nodes (or, with
     --kubernetes, the nodes of a Kubernetes cluster)."""
@@ -134,6 +142,7 @@ def up(
         gpu_type=gpu_type,
         kill_grace_s=kill_grace,
         port_base=port_base,
+        proxy_port=proxy_port,
     )
     with console.status("starting the server and the agent..."):
         try:
@@ -144,10 +153,27 @@ def up(
     where = f"{info.nodes} Kubernetes node(s)" if kubernetes else f"{nodes} node(s)"
     console.print(f"shoal is up at {info.url} with {where}; state in {home}")
     console.print(f"admin token: {home / 'admin.token'} (mode 0600)")
+    _note_proxy(info.url, home)
     _note_task_users()
     _note_other_target(home)
     if foreground:
         _stay_attached(home)
+
+
+def _note_proxy(url: str, home: Path) -> None:
+    """Where tasks' labelled ports are served (docs/proxy.md)."""
+    from shoal.client import ShoalClient
+
+    with contextlib.suppress(ShoalError, OSError):
+        token = (home / "admin.token").read_text().strip()
+        port = ShoalClient(url, token, timeout=5.0).cluster().get("proxyPort")
+        if port:
+            host = url.split("://", 1)[-1].rsplit(":", 1)[0]
+            console.print(
+                f"tasks' ports: http://{host}:{port}/proxy/JOB/ROLE/INDEX/LABEL/ (docs/proxy.md)",
+                markup=False,
+                highlight=False,
+            )
 
 
 def _note_task_users() -> None:
@@ -342,6 +368,7 @@ def server(
     kubernetes: bool = False,
     kubeconfig: str | None = None,
     namespace: str = "default",
+    proxy_port: int | None = None,
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
@@ -357,6 +384,7 @@ def server(
         kubernetes=kubernetes,
         kubeconfig=kubeconfig,
         kubernetes_namespace=namespace,
+        proxy_port=proxy_port,
     )
     try:
         ctx = prepare(settings)

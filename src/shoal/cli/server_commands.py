@@ -45,6 +45,13 @@ def _limit(name: str, help_text: str) -> typing.Any:
     return typer.Option(None, name, min=0, help=f"{help_text} 0: no limit.")
 
 
+def proxy_port_for(port: int, asked: int | None) -> int:
+    """The task proxy's port: as asked, else the API's port + 1 (any free one beside port 0)."""
+    if asked is not None:
+        return asked
+    return port + 1 if 0 < port < 65535 else 0
+
+
 def _with_limits(settings: ServerSettings, **limits: int | None) -> ServerSettings:
     """``settings`` with the limits given on the command line (the others: defaults)."""
     given = {name: value for name, value in limits.items() if value is not None}
@@ -63,13 +70,17 @@ def local_server(
     kubernetes: bool = typer.Option(False, "--kubernetes", hidden=True),
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", hidden=True),
     namespace: str = typer.Option("default", "--namespace", hidden=True),
+    proxy_port: int | None = typer.Option(None, "--proxy-port", min=0, max=65535, hidden=True),
 ) -> None:
     """With no subcommand: the local-mode server in the foreground (what `shoal up` starts)."""
     if ctx.invoked_subcommand is not None:
         return
     from shoal.cli.cluster_commands import server
 
-    server(home, host, port, kill_grace, node_timeout, scheduler, kubernetes, kubeconfig, namespace)
+    server(
+        home, host, port, kill_grace, node_timeout, scheduler, kubernetes, kubeconfig, namespace,
+        proxy_port=proxy_port,
+    )  # fmt: skip
 
 
 @server_app.command("init")
@@ -199,6 +210,13 @@ def start(
     start_barrier: bool = start_barrier_option(),
     helper_image: str | None = helper_image_option(),
     pod_server_url: str | None = pod_server_url_option(),
+    proxy_port: int | None = typer.Option(
+        None,
+        "--proxy-port",
+        min=0,
+        max=65535,
+        help="The task proxy's own port (docs/proxy.md): default --port + 1; 0: any free one.",
+    ),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off.
@@ -223,6 +241,12 @@ def start(
         )
     if port_in_use("127.0.0.1" if host in WILDCARDS else host, port):
         raise fail(f"--port {port}: port {port} on {host} is in use; pick another with --port")
+    proxy_port = proxy_port_for(port, proxy_port)
+    if proxy_port and port_in_use("127.0.0.1" if host in WILDCARDS else host, proxy_port):
+        raise fail(
+            f"--proxy-port {proxy_port}: port {proxy_port} on {host} is in use; pick another "
+            "with --proxy-port (0: any free one)"
+        )
     k8s_argv = None
     if kubernetes:
         args = KubernetesArgs(
@@ -252,6 +276,7 @@ def start(
         kubernetes=kubernetes,
         kubeconfig=k8s_kubeconfig(kubeconfig),
         kubernetes_namespace=namespace,
+        proxy_port=proxy_port,
     )
     settings = _with_limits(
         settings,

@@ -39,6 +39,7 @@ class UpOptions:
     node_timeout_s: float = 30.0
     # ``shoal kubernetes agent`` options: the nodes are a Kubernetes cluster's (None: simulated)
     kubernetes: tuple[str, ...] | None = None
+    proxy_port: int | None = None  # the task proxy's (docs/proxy.md); None: port + 1, or any
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
     if port_in_use(options.host, port):
         raise RuntimeError(f"port {port} on {options.host} is in use; pick another with --port")
     url = f"http://{options.host}:{port}"
+    proxy_port = _proxy_port(options, port)
     kubernetes = options.kubernetes is not None
     from shoal.server.app import prepare  # noqa: PLC0415 - see the imports above
     from shoal.server.settings import ServerSettings  # noqa: PLC0415
@@ -119,6 +121,8 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
         str(options.kill_grace_s),
         "--node-timeout",
         str(options.node_timeout_s),
+        "--proxy-port",
+        str(proxy_port),
         *(["--kubernetes", *_server_kubernetes_args(options.kubernetes)] if kubernetes else []),
     ]
     server = _spawn(server_args, home / "server.log")
@@ -147,6 +151,21 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
         home / "agent.log",
     )
     return info
+
+
+def _proxy_port(options: UpOptions, port: int) -> int:
+    """The task proxy's port: as asked (taken: an error naming --proxy-port), else port + 1 when
+    free, else any free port (0: the server picks; `shoal status` shows it)."""
+    if options.proxy_port:
+        if port_in_use(options.host, options.proxy_port):
+            raise RuntimeError(
+                f"port {options.proxy_port} on {options.host} is in use; pick another with "
+                "--proxy-port"
+            )
+        return options.proxy_port
+    if options.proxy_port is None and options.port and not port_in_use(options.host, port + 1):
+        return port + 1
+    return 0
 
 
 def _agent_args(options: UpOptions, url: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +26,10 @@ from shoal.server.limits import RequestLimits, json_syntax_problem, unreadable_b
 from shoal.server.loop import SchedulerLoop
 from shoal.server.openapi_errors import install as document_refusals
 from shoal.server.openpai import router as openpai_router
+from shoal.server.proxy import routes as proxy_routes
+from shoal.server.proxy.http_forward import HttpForwarder
+from shoal.server.proxy.listener import PortGate
+from shoal.server.proxy.listener import bind as bind_proxy
 from shoal.server.routers import (
     agent,
     attempt_files,
@@ -51,6 +56,7 @@ from shoal.server.scheduler_process import SchedulerProcess
 from shoal.server.services import audit
 from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
+from shoal.server.services.tunnels import ensure_proxy_key
 from shoal.server.settings import ServerSettings
 from shoal.server.storage import disk_full_answer
 from shoal.server.tls import https_options, serve_live
@@ -78,6 +84,7 @@ def prepare(settings: ServerSettings) -> ServerContext:
     if settings.kubernetes:  # the agent whose nodes are a Kubernetes cluster's, beside the server
         ensure_token_file(db, settings.home / KUBERNETES_TOKEN_FILE, "kubernetes", ctx.clock())
     BlobStore(settings.blobs_dir).clear_partial()  # uploads a previous run did not finish
+    ctx.proxy_key = ensure_proxy_key(settings.home)  # tasks' proxy tokens (docs/proxy.md)
     return ctx
 
 
@@ -106,6 +113,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
             restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         yield
+        await app.state.http_forwarder.aclose()
         watch = getattr(app.state, "change_watch", None)
         if watch is not None:
             await watch.close()
@@ -123,9 +131,11 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         redoc_url=None,
     )
     app.state.context = ctx
+    app.state.http_forwarder = HttpForwarder(ctx)  # the task proxy's tunnels (docs/proxy.md)
     app.add_middleware(RequestLimits, ctx=ctx)  # body sizes and rates (docs/limits.md)
     _include_routers(app)
     app.add_middleware(audit.RememberClient)  # the caller's address for the audit log
+    app.add_middleware(PortGate, ctx=ctx)  # the proxy's port serves /proxy/ only
     document_refusals(app)  # /openapi.json: each route's 4xx with shoal's error body
 
     @app.exception_handler(ApiError)
@@ -198,11 +208,12 @@ def _include_routers(app: FastAPI) -> None:
         metrics.router,
         session.router,
         stream.router,
-        web.router,
         exec_routes.router,
         ssh.router,
         audit_routes.router,
         backup.router,
+        proxy_routes.router,
+        web.router,  # last: its pages answer any path the API does not
     ):
         app.include_router(router)
 
@@ -236,6 +247,15 @@ class ShoalServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, ctx: ServerContext) -> None:
         super().__init__(config)
         self.ctx = ctx
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """The API's port and, if the settings give one, the task proxy's (docs/proxy.md)."""
+        proxy_port = self.ctx.settings.proxy_port
+        if sockets is None and proxy_port is not None:
+            proxy = bind_proxy(self.ctx.settings.host, proxy_port)
+            self.ctx.proxy_port = proxy.getsockname()[1]
+            sockets = [self.config.bind_socket(), proxy]
+        await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.ctx.close()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.core.snapshot import JobRequest
+from shoal.protocol import ExecOrder, TunnelOrder
 from shoal.server.exec_hub import ExecHub
 from shoal.server.group_commit import GroupCommit
 from shoal.server.metrics_history import MetricsHistory
@@ -43,7 +44,10 @@ class ServerContext:
     clock: Callable[[], float] = time.time
     scheduler_wake: Notifier = field(default_factory=Notifier)
     agent_work: NodeNews = field(default_factory=NodeNews)  # news for agents, per node
-    exec_hub: ExecHub = field(default_factory=ExecHub)  # exec sessions in flight (terminals)
+    exec_hub: ExecHub[ExecOrder] = field(default_factory=ExecHub)  # exec sessions in flight
+    tunnel_hub: ExecHub[TunnelOrder] = field(default_factory=ExecHub)  # tunnels to task ports
+    proxy_port: int | None = None  # where the task proxy listens, once bound (docs/proxy.md)
+    proxy_key: bytes = b""  # HOME/proxy.key: what tasks' proxy tokens derive from
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     held: dict[str, float] = field(default_factory=dict)  # attempts held for debugging: until

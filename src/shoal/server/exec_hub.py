@@ -17,9 +17,9 @@ import asyncio
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from shoal.protocol import EXEC_STDIN, ExecOrder, read_control
+from shoal.protocol import EXEC_STDIN, ExecOrder, TunnelOrder, read_control
 
 if TYPE_CHECKING:
     from starlette.types import Message
@@ -35,13 +35,16 @@ SERVER_STOPPED = "server-stopped"  # this server shut down during the session
 SERVER_RESTARTED = "server-restarted"  # found open by a later server process
 TO_AGENT = ("resize", "eof")  # the control messages a user may send
 EARLY_MESSAGES = 256  # kept while the agent attaches (keystrokes typed before the shell is up)
+# What a hub hands agents: exec sessions, or tunnels to a task's port (server/tunnels.py), each
+# with the same rendezvous.
+Order = TypeVar("Order", ExecOrder, TunnelOrder)
 
 
 @dataclass
-class LiveSession:
+class LiveSession(Generic[Order]):
     """One session between its user's WebSocket being accepted and its end."""
 
-    order: ExecOrder
+    order: Order
     node: str
     attached: asyncio.Future[WebSocket] = field(init=False)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -53,11 +56,11 @@ class LiveSession:
         self.attached.set_result(websocket)
 
 
-class ExecHub:
+class ExecHub(Generic[Order]):
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._live: dict[str, LiveSession | None] = {}  # None: reserved, not open yet
-        self._pending: dict[str, list[ExecOrder]] = {}  # by node: not delivered yet
+        self._live: dict[str, LiveSession[Order] | None] = {}  # None: reserved, not open yet
+        self._pending: dict[str, list[Order]] = {}  # by node: not delivered yet
         self.swept = False  # sessions of earlier server processes were closed (at first use)
 
     def reserve(self, session_id: str) -> None:
@@ -65,7 +68,7 @@ class ExecHub:
         with self._lock:
             self._live[session_id] = None
 
-    def open(self, order: ExecOrder, node: str) -> LiveSession:
+    def open(self, order: Order, node: str) -> LiveSession[Order]:
         """Offer the session to the agent of ``node`` (on the event loop)."""
         session = LiveSession(order, node)
         with self._lock:
@@ -73,12 +76,12 @@ class ExecHub:
             self._pending.setdefault(node, []).append(order)
         return session
 
-    def take(self, nodes: list[str]) -> list[ExecOrder]:
+    def take(self, nodes: list[str]) -> list[Order]:
         """The sessions waiting for the agent of ``nodes`` (each delivered once)."""
         with self._lock:
             return [order for node in nodes for order in self._pending.pop(node, [])]
 
-    def find(self, session_id: str) -> LiveSession | None:
+    def find(self, session_id: str) -> LiveSession[Order] | None:
         """The session an agent attaches to, if it is open and has no agent yet."""
         with self._lock:
             session = self._live.get(session_id)
@@ -171,7 +174,7 @@ async def _agent_to_user(agent: WebSocket, user: WebSocket, outcome: Outcome) ->
 
 
 async def wait_for_agent(
-    user: WebSocket, session: LiveSession, timeout: float
+    user: WebSocket, session: LiveSession[Any], timeout: float
 ) -> tuple[WebSocket | None, list[Message], bool]:
     """Wait up to ``timeout`` for the agent to attach, keeping what the user sends meanwhile.
     Returns the agent's WebSocket (None: it did not attach), those messages, and whether the

@@ -71,8 +71,8 @@ def body_limit(ctx: ServerContext, method: str, path: str, agent: bool) -> BodyL
     elif method == "PUT" and path.startswith(("/api/v1/data/", "/api/v1/images/")):
         what, size, setting = "the upload", settings.max_push_bytes, "max_push_bytes"
         option = "--max-push"
-    elif agent and path.startswith(AGENT_PREFIX):
-        return None
+    elif (agent and path.startswith(AGENT_PREFIX)) or path.startswith("/proxy/"):
+        return None  # an agent's reports; a task's app (its bodies are its own: docs/proxy.md)
     else:
         what, size, setting = "the request body", settings.max_body_bytes, "max_body_bytes"
         option = "--max-body"

@@ -367,6 +367,11 @@ class ClusterStatus(BaseModel):
     totals: dict[str, float]
     allocated: dict[str, float]
     jobs: dict[str, int]
+    proxyPort: int | None = Field(
+        None,
+        description="The task proxy's port on this host (docs/proxy.md): a task's labelled port "
+        "is at http(s)://HOST:proxyPort/proxy/JOB/ROLE/INDEX/LABEL/; null when it is off.",
+    )
 
 
 class StopResult(BaseModel):

@@ -100,6 +100,8 @@ class ServerSettings:
     # A server on the network (`shoal server start`): HTTPS only with HOME/pki, agents join with
     # tokens and call with their node certificates. False: local mode, plain HTTP on loopback.
     tls: bool = False
+    # The task proxy's own port (docs/proxy.md): None, no proxy; 0, any free port.
+    proxy_port: int | None = None
     # One scheduling cycle's budget (core/budget.py; measured defaults in docs/benchmarks.md).
     cycle_deadline_ms: float = 40.0  # a cycle stops examining the deep queue after this long
     cycle_backfill_jobs: int = 2_000  # jobs examined past the VC heads per cycle

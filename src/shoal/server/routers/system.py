@@ -48,4 +48,5 @@ def cluster_status(ctx: Context, caller: Caller) -> ClusterStatus:
         totals=totals,
         allocated=allocated,
         jobs=jobs,
+        proxyPort=ctx.proxy_port,
     )

@@ -36,6 +36,7 @@ from shoal.server.services.metrics import record_report
 from shoal.server.services.node_life import change_node
 from shoal.server.services.reports import apply_report, node_epochs
 from shoal.server.services.snapshot import spec_of
+from shoal.server.services.tunnels import proxy_env
 from shoal.spec.model import Resources, Runtime, SourceFormat, TaskRoleSpec
 from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
 from shoal.store.models import Job, Node, Task, User
@@ -62,7 +63,7 @@ async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     nodes' news versions are taken before the read, so news recorded meanwhile is not missed."""
     seen = ctx.agent_work.versions(request.nodes)
     response = await run_in_threadpool(_orders, ctx, request)
-    quiet = not (response.launch or response.kill or response.exec)
+    quiet = not (response.launch or response.kill or response.exec or response.tunnels)
     if quiet and request.wait_s > 0 and not ctx.closing:
         await ctx.agent_work.wait(request.nodes, seen, request.wait_s)
         response = await run_in_threadpool(_orders, ctx, request)
@@ -116,7 +117,8 @@ def _orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
                 order = _launch_order(ctx, job, task, peers, epoch, parent)
                 order.owner_number = numbers.get(job.user)
                 launch.append(order)
-    return OrdersResponse(launch=launch, kill=kill, exec=ctx.exec_hub.take(request.nodes))
+    exec_orders, tunnels = ctx.exec_hub.take(request.nodes), ctx.tunnel_hub.take(request.nodes)
+    return OrdersResponse(launch=launch, kill=kill, exec=exec_orders, tunnels=tunnels)
 
 
 def user_numbers(session: Session, names: list[str]) -> dict[str, int]:
@@ -138,6 +140,7 @@ def _launch_order(
     env = {**spec.env, **spec.role(task.role).env, **environment.for_task(task.role, task.index)}
     env["SHOAL_TASK_ATTEMPT"] = str(task.attempt)
     env["SHOAL_JOB_ATTEMPT"] = str(task.job_attempt)
+    env.update(proxy_env(ctx.proxy_key, job.id, task))  # the task proxy (docs/proxy.md)
     deadline = None
     if spec.max_runtime_s and job.launched_at is not None:
         deadline = max(0.0, job.launched_at + spec.max_runtime_s - ctx.clock())

@@ -7,6 +7,7 @@ are ``routers.exec``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -53,9 +54,9 @@ def begin(
     now = ctx.clock()
     with ctx.db.write() as session:
         job = _job(session, principal, job_ref)
-        task = _task(session, job, request.task)
+        task = current_task(session, job, request.task)
         if task.state != State.RUNNING.value:
-            raise ApiError(409, "TaskNotRunningError", _not_running(job, task))
+            raise ApiError(409, "TaskNotRunningError", not_running_message(job, task))
         order = ExecOrder(
             session_id=session_id,
             attempt_id=task.attempt_id,
@@ -98,7 +99,7 @@ def _job(session: Session, principal: Principal, ref: str) -> Job:
     return job if job is not None else find_job(session, principal, ref)
 
 
-def _task(session: Session, job: Job, wanted: tuple[str, int] | None) -> Task:
+def current_task(session: Session, job: Job, wanted: tuple[str, int] | None) -> Task:
     """The task of the job's current attempt (``wanted`` None: index 0 of its first role)."""
     if job.array_size is not None:
         raise ApiError(
@@ -121,7 +122,7 @@ def _task(session: Session, job: Job, wanted: tuple[str, int] | None) -> Task:
     return task
 
 
-def _not_running(job: Job, task: Task) -> str:
+def not_running_message(job: Job, task: Task) -> str:
     what = f"task {task.role}/{task.index} of job {job.id} is {task.state}"
     if task.state == State.WAITING.value:
         return (
@@ -132,7 +133,9 @@ def _not_running(job: Job, task: Task) -> str:
     return f"{what}: it has ended; its output is in `shoal job logs {job.id}`"
 
 
-def check_attach(live: LiveSession | None, agent: Principal, session_id: str) -> LiveSession:
+def check_attach(
+    live: LiveSession[Any] | None, agent: Principal, session_id: str
+) -> LiveSession[Any]:
     """The session an agent attaches to: it must be open, waiting for its agent, and (a node
     certificate) on the agent's own node."""
     if live is None:
