@@ -102,6 +102,7 @@ wheelhouse: $(WHEEL_STAMP)
 system-deps:
 	@missing=""; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	ls /usr/lib/*/libnss_wrapper.so >/dev/null 2>&1 || missing="$$missing libnss-wrapper"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		if command -v apt-get >/dev/null 2>&1; then \

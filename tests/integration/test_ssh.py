@@ -5,8 +5,11 @@ in to a task as the task's user, checked against the job's published host key.""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from shoal.local.supervisor import stop_local
-from tests.integration.conftest import LocalCluster, start_cluster
+from tests.envs import is_user_setting
+from tests.integration.conftest import LocalCluster, local_cli, start_cluster
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh") is None or not Path("/usr/sbin/sshd").exists(),
@@ -136,3 +140,45 @@ def test_a_registered_key_logs_in_as_the_tasks_user(cluster: LocalCluster, tmp_p
     )
     assert refused.returncode == 255 and "Permission denied" in refused.stderr
     cluster.client.stop(job)
+
+
+def test_shoal_job_ssh_reaches_a_task_through_the_server(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    cluster.client.add_ssh_key((tmp_path / "id_ed25519.pub").read_text(), name="tunnel")
+    (cluster.home / "server.json").write_text(json.dumps({"url": cluster.info.url}))
+    job = cluster.submit(SLEEPER.format(name="tunnelled"), format="pai")
+    cluster.wait_for(lambda: "box " in cluster.output_so_far(job, "box"), timeout_s=60)
+    uid = line(cluster.output_so_far(job, "box"), "box")
+    args = ["job", "ssh", job, "--task", "box/0", "--"]
+    args += ["-i", str(key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "id", "-u"]
+    deadline = time.monotonic() + 30
+    while True:  # the task prints before its sshd may answer
+        ran = local_cli(cluster, *args, timeout=60)
+        if ran.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == uid
+    # the host key is checked: job's known host key, met on another job's task, is refused
+    other = cluster.submit(SLEEPER.format(name="other"), format="pai")
+    cluster.wait_for(lambda: "box " in cluster.output_so_far(other, "box"), timeout_s=60)
+    info = cluster.client.job_ssh(job)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{info['host_key_alias']} {info['host_public_key']}\n")
+    proxy = f"{sys.executable} -m shoal --context local job port-forward {other} --stdio ssh"
+    env = {k: v for k, v in os.environ.items() if not is_user_setting(k)}
+    env.update(SHOAL_HOME=str(cluster.home), SHOAL_CONFIG=str(cluster.home / "no-config.yaml"))
+    argv = [
+        "ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+        "-o", f"ProxyCommand={proxy}", "-o", f"HostKeyAlias={info['host_key_alias']}",
+        "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes",
+        "-l", info["login"], "task", "id -u",
+    ]  # fmt: skip
+    refused = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert refused.returncode == 255, refused.stdout
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in refused.stderr, refused.stderr
+    cluster.client.stop(job)
+    cluster.client.stop(other)
