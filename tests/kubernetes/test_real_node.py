@@ -199,6 +199,43 @@ def test_logs_follow_exec_works_and_logs_outlive_the_pod(shoal: KubeShoal) -> No
     assert shoal.client.logs(job_id, "w", 0)["data"].startswith("line 1\nline 2\nline 3\n")
 
 
+def test_a_pods_port_is_reached_through_the_server(shoal: KubeShoal) -> None:
+    """`shoal job port-forward --stdio` and the task proxy reach a Pod's labelled port through
+    ``pods/portforward`` (docs/proxy.md); a port that is not the task's is refused."""
+    serve = (
+        'mkdir -p /tmp/w && echo "pod page" > /tmp/w/index.html && '
+        'exec httpd -f -p "$SHOAL_PORT" -h /tmp/w'
+    )
+    text = f"version: 1\nname: webpod\nroles:\n  w:\n    command: {serve}\n"
+    job_id = shoal.client.submit(text)[0]["id"]
+    shoal.wait_running(job_id)
+    request = "GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n"
+
+    def fetch() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli_argv(), "job", "port-forward", job_id, "--stdio", "http"],
+            input=request, capture_output=True, text=True, env=cli_env(shoal), timeout=60,
+            check=False,
+        )  # fmt: skip
+
+    wait_for(lambda: "pod page" in fetch().stdout, 30, "the Pod's page through the tunnel")
+    token = (shoal.home / "admin.token").read_text().strip()
+    proxy = shoal.client.cluster()["proxyPort"]
+    page = httpx.get(
+        f"http://127.0.0.1:{proxy}/proxy/{job_id}/w/0/http/index.html",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert page.status_code == 200 and page.text == "pod page\n", page.text
+    refused = subprocess.run(
+        [*cli_argv(), "job", "port-forward", job_id, "--stdio", "1"],
+        input="", capture_output=True, text=True, env=cli_env(shoal), timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "not one of task w/0's ports" in refused.stderr
+    shoal.client.stop(job_id)
+    shoal.wait_job(job_id, ("STOPPED",), timeout=60)
+
+
 def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
     plane: ControlPlane, node: RealNode, shoal: KubeShoal, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from shoal.kubernetes.launcher import Launcher, LaunchFailed
 from shoal.kubernetes.logs import Follower
 from shoal.kubernetes.nodes import ForeignHolds, Requests, agent_node, is_ours, wanted
 from shoal.kubernetes.options import JOB, KubernetesOptions
+from shoal.kubernetes.tunnel import PodTunnel
 from shoal.kubernetes.watch import Cache
 from shoal.protocol import (
     AgentNode,
@@ -334,6 +335,10 @@ class KubernetesAgent:
                 name = pod.metadata.name if pod is not None else None
                 relay = PodExec(session, self.core, self.options.namespace, name, self.connection)
                 threading.Thread(target=relay.run, name="k8s-exec", daemon=True).start()
+            for tunnel in orders.tunnels:  # docs/proxy.md
+                pod = self._pod_of(tunnel.attempt_id)
+                forward = PodTunnel(tunnel, self.core, self.options.namespace, pod, self.connection)
+                threading.Thread(target=forward.run, name="k8s-tunnel", daemon=True).start()
 
     def _known(self) -> list[str]:
         with self._lock:
