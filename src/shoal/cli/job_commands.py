@@ -114,19 +114,36 @@ _TEMPLATE_FILES = {
 }
 
 
-def template_text(fmt: TemplateFormat, distributed: bool) -> str:
-    name = _TEMPLATE_FILES[(fmt, distributed)]
+class TemplateKind(StrEnum):
+    """Ready-made interactive jobs (docs/notebooks.md), in shoal's native format."""
+
+    JUPYTER = "jupyter"
+    TENSORBOARD = "tensorboard"
+
+
+def template_text(fmt: TemplateFormat, distributed: bool, kind: TemplateKind | None = None) -> str:
+    name = f"{kind.value}.yaml" if kind else _TEMPLATE_FILES[(fmt, distributed)]
     return resources.files("shoal.spec").joinpath("templates", name).read_text("utf-8")
 
 
 @job_app.command()
 def template(
+    kind: TemplateKind | None = typer.Argument(
+        None, help="jupyter or tensorboard: a notebook or TensorBoard opened from the dashboard."
+    ),
     fmt: TemplateFormat = typer.Option(TemplateFormat.NATIVE, "--format", "-f", help="Job format."),
     distributed: bool = typer.Option(False, "--distributed", help="A multi-role job."),
 ) -> None:
     """Print a job file to start from (it validates as it is). The YAML ones are commented;
-    pai-v1 is plain JSON (JSON has no comments: docs/job-spec.md describes its fields)."""
-    typer.echo(template_text(fmt, distributed), nl=False)
+    pai-v1 is plain JSON (JSON has no comments: docs/job-spec.md describes its fields).
+    `shoal job template jupyter` and `tensorboard` are ready to submit (docs/notebooks.md)."""
+    if kind is not None and (fmt is not TemplateFormat.NATIVE or distributed):
+        raise typer.BadParameter(
+            f"the {kind.value} template exists in shoal's native format only: drop --format "
+            "and --distributed",
+            param_hint="KIND",
+        )
+    typer.echo(template_text(fmt, distributed, kind), nl=False)
 
 
 @job_app.command()
