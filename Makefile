@@ -28,7 +28,7 @@ PORT ?=
 # default 20000), e.g. when another cluster or service already holds 20000 and up.
 PORT_BASE ?=
 
-.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes crash fuzz clean
+.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes bench-proxy crash fuzz clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -180,7 +180,7 @@ fuzz: setup
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
 bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api \
-	bench-dashboard bench-kubernetes
+	bench-dashboard bench-kubernetes bench-proxy
 
 # The dashboard's pictures in docs/img/ (README, docs/dashboard.md): a throwaway local cluster,
 # photographed page by page with Debian's chromium.
@@ -209,6 +209,9 @@ bench-cli: setup
 
 # Acknowledged submissions/s from 20 clients, reads while the scheduler works, memory with
 # 100,000 finished jobs (bench/api.py; docs/benchmarks.md, "API").
+bench-proxy: setup
+	$(BIN)/python bench/proxy.py
+
 bench-api: setup
 	$(BIN)/python bench/api.py
 

@@ -114,6 +114,8 @@ class Tunnel:
             log.warning("tunnel %s: cannot reach the server: %s", session, exc)
             return
         self._ws = ws
+        with contextlib.suppress(OSError):  # small writes both ways: no Nagle wait
+            ws.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             if not _attached(ws, session):
                 return

@@ -29,7 +29,7 @@ from shoal.server.openpai import router as openpai_router
 from shoal.server.proxy import routes as proxy_routes
 from shoal.server.proxy.http_forward import HttpForwarder
 from shoal.server.proxy.listener import PortGate
-from shoal.server.proxy.listener import bind as bind_proxy
+from shoal.server.proxy.listener import bind as bind_socket
 from shoal.server.routers import (
     agent,
     attempt_files,
@@ -250,11 +250,12 @@ class ShoalServer(uvicorn.Server):
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         """The API's port and, if the settings give one, the task proxy's (docs/proxy.md)."""
-        proxy_port = self.ctx.settings.proxy_port
-        if sockets is None and proxy_port is not None:
-            proxy = bind_proxy(self.ctx.settings.host, proxy_port)
-            self.ctx.proxy_port = proxy.getsockname()[1]
-            sockets = [self.config.bind_socket(), proxy]
+        settings = self.ctx.settings
+        if sockets is None:
+            sockets = [bind_socket(settings.host, settings.port, "--port")]
+            if settings.proxy_port is not None:
+                sockets.append(bind_socket(settings.host, settings.proxy_port))
+                self.ctx.proxy_port = sockets[-1].getsockname()[1]
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -57,10 +57,15 @@ async def _not_here(scope: Scope, receive: Receive, send: Send, message: str) ->
     await answer(scope, receive, send)
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """The proxy's listening socket; ``OSError`` naming the port when it cannot be had."""
+def bind(host: str, port: int, option: str = "--proxy-port") -> socket.socket:
+    """A listening socket; ``OSError`` naming ``option`` when the port cannot be had.
+
+    Made with ``IPPROTO_TCP`` as its protocol: asyncio turns Nagle's algorithm off only on
+    connections whose socket says so (CPython's ``_set_nodelay``), and uvicorn's own sockets say
+    0. With Nagle on, a response written as headers then body waits for the client's delayed
+    ACK: 40 ms per request on a kept-alive connection (docs/benchmarks.md, the task proxy)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -68,8 +73,8 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise OSError(
             exc.errno,
-            f"the task proxy cannot listen on {host}:{port} ({exc.strerror}): choose another "
-            "port with --proxy-port (0: any free one)",
+            f"cannot listen on {host}:{port} ({exc.strerror}): choose another port with "
+            f"{option} (0: any free one)",
         ) from exc
     sock.set_inheritable(True)
     return sock
