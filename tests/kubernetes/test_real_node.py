@@ -202,8 +202,9 @@ def test_logs_follow_exec_works_and_logs_outlive_the_pod(shoal: KubeShoal) -> No
 def test_a_pods_port_is_reached_through_the_server(shoal: KubeShoal) -> None:
     """`shoal job port-forward --stdio` and the task proxy reach a Pod's labelled port through
     ``pods/portforward`` (docs/proxy.md); a port that is not the task's is refused."""
-    serve = (
-        'mkdir -p /tmp/w && echo "pod page" > /tmp/w/index.html && '
+    serve = (  # the page at / (port-forward) and at the proxy's path for the task (the proxy)
+        'mkdir -p /tmp/w"$SHOAL_PROXY_PREFIX" && echo "pod page" > /tmp/w/index.html && '
+        'cp /tmp/w/index.html /tmp/w"$SHOAL_PROXY_PREFIX" && '
         'exec httpd -f -p "$SHOAL_PORT" -h /tmp/w'
     )
     text = f"version: 1\nname: webpod\nroles:\n  w:\n    command: {serve}\n"
