@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import time
 
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -122,9 +123,7 @@ async def proxy_http(request: Request, job: str, role: str, index: str, label: s
     ctx: ServerContext = request.app.state.context
     try:
         principal = await _http_principal(request, ctx)
-        target = await run_in_threadpool(
-            tunnels.resolve, ctx, principal, job, (role, _index(index)), label
-        )
+        target = await _resolved(ctx, principal, job, (role, _index(index)), label)
         forwarder: HttpForwarder = request.app.state.http_forwarder
         return await forwarder.forward(request, target, _token(ctx, target))
     except ApiError as exc:
@@ -157,6 +156,27 @@ async def proxy_websocket(
         pass
     finally:
         await stream.aclose()
+
+
+RESOLVED_S = 2.0  # how long a page's requests reuse one check of who may reach which port
+_resolved_cache: dict[tuple[object, ...], tuple[float, TunnelTarget]] = {}
+
+
+async def _resolved(
+    ctx: ServerContext, principal: Principal, job: str, task: tuple[str, int], label: str
+) -> TunnelTarget:
+    """``tunnels.resolve``, its answer reused for ``RESOLVED_S``: a page's burst of requests
+    reads the store once (the agent still checks that the attempt runs and the port is its)."""
+    key = (id(ctx), principal.user, principal.is_admin, job, task, label)
+    now = time.monotonic()
+    hit = _resolved_cache.get(key)
+    if hit is not None and now - hit[0] < RESOLVED_S:
+        return hit[1]
+    target = await run_in_threadpool(tunnels.resolve, ctx, principal, job, task, label)
+    if len(_resolved_cache) > 4096:
+        _resolved_cache.clear()
+    _resolved_cache[key] = (now, target)
+    return target
 
 
 def _token(ctx: ServerContext, target: TunnelTarget) -> str:
