@@ -525,3 +525,16 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
         """How to reach the job's tasks by ssh: login, host key, each task's port."""
         result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/ssh")
         return result
+
+    # ---- sharing a job's ports (docs/proxy.md) ----
+
+    def job_shares(self, ref: str) -> dict[str, Any]:
+        """Who else may reach the job's tasks' ports: ``{id, users, groups}``."""
+        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/shares")
+        return result
+
+    def set_job_shares(self, ref: str, users: list[str], groups: list[str]) -> dict[str, Any]:
+        """Replace who else may reach the job's tasks' ports."""
+        body = {"users": users, "groups": groups}
+        result: dict[str, Any] = self._call("PUT", f"/api/v1/jobs/{ref}/shares", json=body)
+        return result

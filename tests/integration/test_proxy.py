@@ -23,6 +23,7 @@ from websockets.sync.client import connect
 from shoal.local.supervisor import stop_local
 from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster, start_cluster
+from tests.integration.conftest import local_cli as shoal
 
 APP = """\
 import asyncio, json, os
@@ -246,3 +247,37 @@ def test_port_forward_stdio_and_its_refusals(local: LocalCluster, app_job: str) 
     assert typo.returncode == 1 and "not one of task web/0's ports" in err, err
     bad = cli(local, "job", "port-forward", app_job, "x:y:z:", stderr=subprocess.PIPE)
     assert bad.wait(timeout=60) == 2
+
+
+def test_sharing_a_job_lets_others_reach_its_ports_and_nothing_else(
+    local: LocalCluster, app_job: str
+) -> None:
+    page = proxy_url(local, f"/proxy/{app_job}/web/0/http/")
+    dave = local.client.create_user("dave", False, ["ml"], None)["token"]
+    erin = local.client.create_user("erin", False, [], None)["token"]
+
+    def status(token: str) -> int:
+        return httpx.get(page, headers={"Authorization": f"Bearer {token}"}).status_code
+
+    assert (status(dave), status(erin)) == (403, 403)
+    shared = shoal(local, "job", "share", app_job, "--group", "ml", "--user", "erin")
+    assert shared.returncode == 0, shared.stderr
+    assert "shared with user erin, group ml" in shared.stdout
+    assert (status(dave), status(erin)) == (200, 200)
+    # the job itself stays its owner's: no details, no exec for those it is shared with
+    details = httpx.get(
+        f"{local.info.url}/api/v1/jobs/{app_job}", headers={"Authorization": f"Bearer {erin}"}
+    )
+    assert details.status_code == 403
+    removed = shoal(local, "job", "share", app_job, "--user", "erin", "--remove", "-o", "json")
+    assert json.loads(removed.stdout) == {"id": app_job, "users": [], "groups": ["ml"]}
+    assert (status(dave), status(erin)) == (200, 403)
+    typo = shoal(local, "job", "share", app_job, "--user", "nobody-such")
+    assert typo.returncode == 1 and "no such user: nobody-such" in typo.stderr
+    # only the owner (or an admin) shares
+    by_erin = httpx.put(
+        f"{local.info.url}/api/v1/jobs/{app_job}/shares",
+        json={"users": ["erin"]},
+        headers={"Authorization": f"Bearer {erin}"},
+    )
+    assert by_erin.status_code == 403

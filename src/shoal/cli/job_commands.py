@@ -265,10 +265,11 @@ def _dry_run_json(result: DryRun, task: tuple[str, int] | None, name: str) -> di
     return data
 
 
-from shoal.cli import exec_command, port_forward  # noqa: E402  (they import nothing of this)
+from shoal.cli import exec_command, port_forward, share_command  # noqa: E402  (no cycle)
 
 exec_command.register(job_app)  # `job exec`, `job exec-sessions`
 port_forward.register(job_app)  # `job port-forward` (docs/proxy.md)
+share_command.register(job_app)  # `job share` (docs/proxy.md)
 from shoal.cli import release_command  # noqa: E402
 
 release_command.register(job_app)  # `job release` (docs/debug-jobs.md)

@@ -36,6 +36,7 @@ from shoal.server.routers import (
     backup,
     data,
     images,
+    job_shares,
     jobs,
     join,
     metrics,
@@ -213,6 +214,7 @@ def _include_routers(app: FastAPI) -> None:
         audit_routes.router,
         backup.router,
         proxy_routes.router,
+        job_shares.router,
         web.router,  # last: its pages answer any path the API does not
     ):
         app.include_router(router)

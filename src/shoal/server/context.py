@@ -48,6 +48,7 @@ class ServerContext:
     tunnel_hub: ExecHub[TunnelOrder] = field(default_factory=ExecHub)  # tunnels to task ports
     proxy_port: int | None = None  # where the task proxy listens, once bound (docs/proxy.md)
     proxy_key: bytes = b""  # HOME/proxy.key: what tasks' proxy tokens derive from
+    shares_version: int = 0  # rises when a job's shares change: the proxy's checks are stale
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     held: dict[str, float] = field(default_factory=dict)  # attempts held for debugging: until

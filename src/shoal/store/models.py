@@ -212,6 +212,8 @@ class Job(Base):
     # outside the scheduler's queue: the first such image (services/image_holds.py). None: the
     # job is the scheduler's to place.
     missing_image: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # who else may reach the job's tasks' ports (docs/proxy.md): {"users": [...], "groups": [...]}
+    shares: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
 
 
 class Task(Base):

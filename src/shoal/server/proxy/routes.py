@@ -166,8 +166,9 @@ async def _resolved(
     ctx: ServerContext, principal: Principal, job: str, task: tuple[str, int], label: str
 ) -> TunnelTarget:
     """``tunnels.resolve``, its answer reused for ``RESOLVED_S``: a page's burst of requests
-    reads the store once (the agent still checks that the attempt runs and the port is its)."""
-    key = (id(ctx), principal.user, principal.is_admin, job, task, label)
+    reads the store once (the agent still checks that the attempt runs and the port is its; a
+    change of a job's shares starts afresh)."""
+    key = (id(ctx), ctx.shares_version, principal.user, principal.is_admin, job, task, label)
     now = time.monotonic()
     hit = _resolved_cache.get(key)
     if hit is not None and now - hit[0] < RESOLVED_S:

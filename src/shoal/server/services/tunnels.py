@@ -20,8 +20,8 @@ from shoal.protocol import TunnelOrder
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.services import exec_sessions
-from shoal.server.services.jobs import find_job
-from shoal.store.models import Job, Task
+from shoal.server.services.job_shares import job_for_ports
+from shoal.store.models import Task
 
 PROXY_KEY_FILE = "proxy.key"
 PROXY_PREFIX = "/proxy"
@@ -57,27 +57,14 @@ def resolve(
 ) -> TunnelTarget:
     """The port ``port`` (a label or one of the task's port numbers) of a RUNNING task of
     ``job_ref`` (``task`` None: index 0 of its first role), if ``principal`` may reach it: the
-    job's owner or an admin."""
+    job's owner, an admin, or one it is shared with (``services.job_shares``)."""
     with ctx.db.read() as session:
-        job = _job(session.get(Job, job_ref), principal, job_ref) or find_job(
-            session, principal, job_ref
-        )
+        job = job_for_ports(session, principal, job_ref)
         row = exec_sessions.current_task(session, job, task)
         if row.state != State.RUNNING.value:
             raise ApiError(409, "TaskNotRunningError", exec_sessions.not_running_message(job, row))
         number, label = _port(row, port)
         return TunnelTarget(job.id, row.role, row.index, row.attempt_id, row.node, number, label)
-
-
-def _job(job: Job | None, principal: Principal, ref: str) -> Job | None:
-    if job is not None and not (principal.is_admin or job.user == principal.user):
-        raise ApiError(
-            403,
-            "ForbiddenUserError",
-            f"job {ref} is {job.user}'s: only its owner or an admin may reach its tasks' ports "
-            f"(you are {principal.user})",
-        )
-    return job
 
 
 def _port(task: Task, wanted: str) -> tuple[int, str | None]:
