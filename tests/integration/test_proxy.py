@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -24,6 +25,7 @@ from shoal.local.supervisor import stop_local
 from tests.envs import is_user_setting
 from tests.integration.conftest import LocalCluster, start_cluster
 from tests.integration.conftest import local_cli as shoal
+from tests.integration.test_network_join import Network, network, worker  # noqa: F401
 
 APP = """\
 import asyncio, json, os
@@ -281,3 +283,34 @@ def test_sharing_a_job_lets_others_reach_its_ports_and_nothing_else(
         headers={"Authorization": f"Bearer {erin}"},
     )
     assert by_erin.status_code == 403
+
+
+def test_a_server_on_the_network_carries_both_over_tls_to_a_joined_node(
+    network: Network,  # noqa: F811
+    worker: str,  # noqa: F811
+) -> None:
+    """Cluster mode: the agent opens its tunnels with its node certificate; the proxy's port
+    serves HTTPS with the server's certificate (docs/proxy.md)."""
+    serve = (
+        'mkdir -p ".$SHOAL_PROXY_PREFIX" && echo "on $SHOAL_NODE_NAME" > ".${SHOAL_PROXY_PREFIX}'
+        f'index.html" && exec {sys.executable} -m http.server "$SHOAL_PORT"'
+    )
+    text = f"version: 1\nname: netweb\nroles:\n  a:\n    command: {json.dumps(serve)}\n"
+    job_id = str(network.admin.submit(text)[0]["id"])
+    prefix = f"/proxy/{job_id}/a/0/http/"
+    proxy = f"https://127.0.0.1:{network.admin.cluster()['proxyPort']}"
+    headers = {"Authorization": f"Bearer {network.admin_token}"}
+    with httpx.Client(verify=str(network.ca), headers=headers, timeout=30) as client:
+        deadline = time.monotonic() + 60
+        while (page := client.get(proxy + prefix + "index.html")).status_code != 200:
+            assert time.monotonic() < deadline, page.text
+            time.sleep(0.2)
+    assert page.text == f"on {worker}\n"
+    request = f"GET {prefix}index.html HTTP/1.0\r\n\r\n"
+    forwarded = subprocess.run(
+        [sys.executable, "-m", "shoal", "job", "port-forward", job_id, "--stdio", "http"],
+        input=request, env=network.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert forwarded.returncode == 0, forwarded.stderr
+    assert forwarded.stdout.endswith(f"on {worker}\n"), forwarded.stdout
+    assert network.admin.stop(job_id)
