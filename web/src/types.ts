@@ -135,6 +135,8 @@ export interface ClusterStatus {
   jobs: Record<string, number>;
   nodes: NodeOut[];
   version: string;
+  /** The task proxy's port (null: off): a task's ports are at HOST:proxyPort/proxy/... */
+  proxyPort: number | null;
 }
 
 export interface Problem {

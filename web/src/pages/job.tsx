@@ -1,7 +1,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { get, post } from "../api";
 import { ErrorBanner, Loading, Notice, type NoticeKind, StateBadge } from "../components";
-import type { JobDetail, JobEvent, Session, Task } from "../types";
+import type { ClusterStatus, JobDetail, JobEvent, Session, Task } from "../types";
 import {
   FINAL_STATES,
   clock,
@@ -33,7 +33,49 @@ function ExitCode({ code, exitClass }: { code: number | null; exitClass: string 
   );
 }
 
-function Tasks({ job, onLogs }: { job: JobDetail; onLogs: (t: Task) => void }) {
+/** Labels of ports that speak no HTTP (OpenPAI's ssh plugin, torchrun's rendezvous): no Open link. */
+const NOT_WEB_PORTS = new Set(["ssh", "master"]);
+
+/** Where the task proxy serves a task's labelled port (docs/notebooks.md): the proxy's own port
+ * on the dashboard's host, so the session cookie (host-wide) signs the user in there too. */
+export function proxyUrl(proxyPort: number, job: string, task: Task, label: string): string {
+  const path = [job, task.role, String(task.index), label].map(encodeURIComponent).join("/");
+  return `${location.protocol}//${location.hostname}:${proxyPort}/proxy/${path}/`;
+}
+
+/** "Open" links to a running task's labelled ports, each in a new tab. */
+function OpenLinks({ job, task, proxyPort }: { job: string; task: Task; proxyPort: number | null }) {
+  if (task.state !== "RUNNING" || !proxyPort) return null;
+  const labels = Object.keys(task.ports).filter((label) => !NOT_WEB_PORTS.has(label));
+  return (
+    <>
+      {labels.map((label) => (
+        <a
+          class="button small"
+          data-testid="open-port"
+          data-label={label}
+          href={proxyUrl(proxyPort, job, task, label)}
+          target="_blank"
+          rel="noopener noreferrer"
+          aria-label={`Open ${label} of task ${taskKey(task)} (new tab)`}
+          title={`Open port ${label} in a new tab, through the task proxy`}
+        >
+          Open {label}
+        </a>
+      ))}
+    </>
+  );
+}
+
+function Tasks({
+  job,
+  onLogs,
+  proxyPort,
+}: {
+  job: JobDetail;
+  onLogs: (t: Task) => void;
+  proxyPort: number | null;
+}) {
   const now = useNow(job.tasks.some((t) => t.startedAt && !t.finishedAt));
   return (
     <table class="list" data-testid="tasks-table">
@@ -89,6 +131,7 @@ function Tasks({ job, onLogs }: { job: JobDetail; onLogs: (t: Task) => void }) {
                   Terminal
                 </a>
               ) : null}
+              <OpenLinks job={job.id} task={task} proxyPort={proxyPort} />
             </td>
           </tr>
         ))}
@@ -108,6 +151,7 @@ function diagnosticsKind(state: string): NoticeKind {
 export function JobPage({ id, session }: { id: string; session: Session }) {
   const job = useLoad(() => get<JobDetail>(`/api/v1/jobs/${encodeURIComponent(id)}`), [id]);
   const events = useLoad(() => get<JobEvent[]>(`/api/v1/jobs/${encodeURIComponent(id)}/events`), [id]);
+  const cluster = useLoad(() => get<ClusterStatus>("/api/v1/cluster"), [], false);
   const warnings = useMemo(() => takeSubmitWarnings(id), [id]);
   const [task, setTask] = useState<string | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
@@ -207,7 +251,11 @@ export function JobPage({ id, session }: { id: string; session: Session }) {
       <WhyWaiting job={detail} session={session} />
       <h2>Tasks</h2>
       {detail.tasks.length ? (
-        <Tasks job={detail} onLogs={(t) => setTask(taskKey(t))} />
+        <Tasks
+          job={detail}
+          onLogs={(t) => setTask(taskKey(t))}
+          proxyPort={cluster.data?.proxyPort ?? null}
+        />
       ) : (
         <p class="muted">No task has been placed yet.</p>
       )}
