@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shoal import clientconfig
 from shoal.cli.main import app
 from shoal.client import ShoalError
-from shoal.clientconfig import resolve
+from shoal.client import config as clientconfig
+from shoal.client.config import resolve
 from tests.envs import is_user_setting
 
 

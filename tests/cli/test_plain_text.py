@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shoal import clientconfig
 from shoal.cli.main import app
+from shoal.client import config as clientconfig
 from tests.envs import is_user_setting
 
 

@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from shoal import clientconfig
 from shoal.cli.main import app
-from shoal.clientconfig import resolve
+from shoal.client import config as clientconfig
+from shoal.client.config import resolve
 from shoal.server.app import create_app, prepare
 from shoal.server.ca import PkiFiles, server_hosts
 from shoal.server.settings import ServerSettings

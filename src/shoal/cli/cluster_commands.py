@@ -198,7 +198,7 @@ def _note_task_users() -> None:
 
 def _note_other_target(home: Path) -> None:
     """Say so when the CLI would talk to another server than the one just started."""
-    from shoal.clientconfig import resolve
+    from shoal.client.config import resolve
 
     try:
         target = resolve()

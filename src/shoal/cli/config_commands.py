@@ -9,11 +9,11 @@ from pathlib import Path
 
 import typer
 
-from shoal import clientconfig
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, fail, print_json
 from shoal.cli.render import console, err_console, new_table
 from shoal.client import ShoalClient, discover
-from shoal.clientconfig import LOCAL, NAME_HINT, ClientConfig, Context
+from shoal.client import config as clientconfig
+from shoal.client.config import LOCAL, NAME_HINT, ClientConfig, Context
 from shoal.paths import default_home, write_secret_file
 
 config_app = typer.Typer(

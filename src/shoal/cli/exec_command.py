@@ -97,7 +97,7 @@ def _connect(endpoint: Endpoint, path: str) -> ClientConnection:
     from websockets.sync.client import connect
 
     from shoal.client import ServerUnavailable, UntrustedServer
-    from shoal.transport import _untrusted
+    from shoal.client.transport import _untrusted
 
     base = endpoint.url.rstrip("/")
     secure = base.startswith("https://")

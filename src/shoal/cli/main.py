@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from shoal import __version__, clientconfig
+from shoal import __version__
 from shoal.cli import (
     admin_commands,
     agent_commands,
@@ -33,6 +33,7 @@ from shoal.cli.job_commands import job_app
 from shoal.cli.user_commands import token_app, user_app
 from shoal.cli.vc_commands import vc_app
 from shoal.client import ShoalError
+from shoal.client import config as clientconfig
 
 app = typer.Typer(
     name="shoal",

@@ -18,9 +18,9 @@ from typing import Any
 
 import typer
 
-from shoal import clientconfig
 from shoal.cli.columns import Column, table_text, terminal_width
 from shoal.cli.common import OUTPUT_OPTION, OutputFormat, api_errors, client, emit, fail
+from shoal.client import config as clientconfig
 
 key_app = typer.Typer(help="Your SSH public keys (docs/ssh.md).", no_args_is_help=True)
 _KEY_COLUMNS = [Column("NAME"), Column("FINGERPRINT"), Column("KEY")]

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from shoal.client import Endpoint, ShoalError
+from shoal.client.sdk import Endpoint
+from shoal.client.transport import ShoalError
 from shoal.paths import default_config_path, default_home
 
 LOCAL = "local"

@@ -1,10 +1,5 @@
-"""A small SDK for shoal's REST API, used by the CLI and usable from scripts.
-
-from shoal.client import ShoalClient
-client = ShoalClient.from_environment()
-job = client.submit(open("job.yaml").read())[0]
-client.wait(job["id"])
-"""
+"""The SDK's one class, :class:`ShoalClient`: jobs, virtual clusters, accounting, code and
+data, the cluster; the other calls are its mixins (``shoal.client`` lists them)."""
 
 from __future__ import annotations
 
@@ -15,10 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from shoal import __version__
-from shoal.client_accounts import AccountCalls
-from shoal.client_images import ImageCalls
-from shoal.client_metrics import MetricsCalls
-from shoal.transport import (
+from shoal.client.accounts import AccountCalls
+from shoal.client.cluster_admin import ClusterAdminCalls
+from shoal.client.images import ImageCalls
+from shoal.client.interactive import InteractiveCalls
+from shoal.client.metrics import MetricsCalls
+from shoal.client.transport import (
     ServerUnavailable,
     ShoalError,
     UntrustedServer,
@@ -60,13 +57,13 @@ class Endpoint:
 def discover(home: Path | None = None, context: str | None = None) -> Endpoint:
     """The server and token to use: ``--context``/``$SHOAL_CONTEXT``, ``$SHOAL_URL``/
     ``$SHOAL_TOKEN``, the current context, the local cluster under ``$SHOAL_HOME``, in this order
-    (see :mod:`shoal.clientconfig`); raises :class:`ShoalError` if none is configured."""
-    from shoal.clientconfig import resolve
+    (see :mod:`shoal.client.config`); raises :class:`ShoalError` if none is configured."""
+    from shoal.client.config import resolve
 
     return resolve(context, home)
 
 
-class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
+class ShoalClient(ImageCalls, MetricsCalls, AccountCalls, ClusterAdminCalls, InteractiveCalls):
     def __init__(
         self,
         url: str,
@@ -456,85 +453,4 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls):
 
     def node_events(self, name: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", f"/api/v1/nodes/{name}/events")
-        return result
-
-    # ---- joining (a server on the network) ----
-
-    def create_join_token(self, ttl_s: float | None, uses: int | None) -> dict[str, Any]:
-        """A join token (admins): ``token`` is shown only in this answer."""
-        body = {"ttlSeconds": ttl_s, "uses": uses}
-        result: dict[str, Any] = self._call("POST", "/api/v1/join-tokens", json=body)
-        return result
-
-    def join_tokens(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/api/v1/join-tokens")
-        return result
-
-    def revoke_join_token(self, token_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("DELETE", f"/api/v1/join-tokens/{token_id}")
-        return result
-
-    def remove_node(self, name: str, force: bool = False) -> dict[str, Any]:
-        """Revoke the node's certificate and remove it (admins); 409 if tasks run there."""
-        params = {"force": "true"} if force else {}
-        result: dict[str, Any] = self._call("DELETE", f"/api/v1/nodes/{name}", params=params)
-        return result
-
-    # ---- the cluster's CA (a server on the network; docs/cluster.md, "Rotating the CA") ----
-
-    def ca_status(self) -> dict[str, Any]:
-        """The CA, the staged one during a rotation, and each node's (admins)."""
-        result: dict[str, Any] = self._call("GET", "/api/v1/admin/ca")
-        return result
-
-    def rotate_ca(self) -> dict[str, Any]:
-        """Stage a new CA: both are trusted, nodes renew onto it (admins)."""
-        result: dict[str, Any] = self._call("POST", "/api/v1/admin/ca/rotate")
-        return result
-
-    def finish_ca_rotation(self, force: bool = False) -> dict[str, Any]:
-        """Drop the old CA (admins); 409 while nodes are on it, unless ``force``."""
-        params = {"force": "true"} if force else {}
-        result: dict[str, Any] = self._call("POST", "/api/v1/admin/ca/finish", params=params)
-        return result
-
-    # ---- tasks held for debugging (docs/debug-jobs.md) ----
-
-    def release(self, ref: str, task: str | None = None) -> dict[str, Any]:
-        """End the hold of the job's held tasks (``task``: ROLE/INDEX, only that one)."""
-        body = {"task": task} if task is not None else {}
-        result: dict[str, Any] = self._call("POST", f"/api/v1/jobs/{ref}/release", json=body)
-        return result
-
-    # ---- SSH (docs/ssh.md) ----
-
-    def add_ssh_key(self, public_key: str, name: str | None = None) -> dict[str, Any]:
-        """Register an SSH public key (one line of a ``.pub`` file)."""
-        body = {"public_key": public_key, "name": name}
-        result: dict[str, Any] = self._call("POST", "/api/v1/ssh-keys", json=body)
-        return result
-
-    def ssh_keys(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/api/v1/ssh-keys")
-        return result
-
-    def remove_ssh_key(self, name: str) -> None:
-        self._call("DELETE", f"/api/v1/ssh-keys/{name}")
-
-    def job_ssh(self, ref: str) -> dict[str, Any]:
-        """How to reach the job's tasks by ssh: login, host key, each task's port."""
-        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/ssh")
-        return result
-
-    # ---- sharing a job's ports (docs/proxy.md) ----
-
-    def job_shares(self, ref: str) -> dict[str, Any]:
-        """Who else may reach the job's tasks' ports: ``{id, users, groups}``."""
-        result: dict[str, Any] = self._call("GET", f"/api/v1/jobs/{ref}/shares")
-        return result
-
-    def set_job_shares(self, ref: str, users: list[str], groups: list[str]) -> dict[str, Any]:
-        """Replace who else may reach the job's tasks' ports."""
-        body = {"users": users, "groups": groups}
-        result: dict[str, Any] = self._call("PUT", f"/api/v1/jobs/{ref}/shares", json=body)
         return result
