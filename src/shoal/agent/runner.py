@@ -35,14 +35,14 @@ from shoal.agent.processes import (
     keeper_argv,
     reap_child,
     signal_group,
-    tree_usage,
 )
+from shoal.agent.reporting import Reporting
 from shoal.agent.runtimes import Launch, LaunchRefused, Runtime, TaskSetup
 from shoal.agent.runtimes.container import ContainerRuntime, ImageSource, LocalImages
 from shoal.agent.runtimes.process import ProcessRuntime, shm_unsupported
 from shoal.agent.task_users import TaskUsers
 from shoal.agent.workspace import Workspace
-from shoal.protocol import ExitReport, LaunchOrder, RunningReport
+from shoal.protocol import ExitReport, LaunchOrder
 
 log = logging.getLogger("shoal.agent")
 
@@ -62,7 +62,7 @@ class _Stopping(Exception):
     """The agent began to stop before this attempt's keeper started: it is not started."""
 
 
-class Runner:
+class Runner(Reporting):
     def __init__(
         self,
         home: Path,
@@ -477,60 +477,6 @@ class Runner:
             message=message,
         )
 
-    def sample_usage(self) -> None:
-        with self.lock:
-            live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]
-        for attempt in live:
-            assert attempt.pid is not None
-            if attempt.cgroup is not None:
-                limits = attempt.order.limits
-                attempt.usage = self.limiter.usage(attempt.cgroup, limits, attempt.usage)
-            else:
-                attempt.usage = tree_usage(attempt.pid, attempt.usage)
-
-    def live_usage(self) -> list[tuple[str, str, dict[str, float]]]:
-        """(node, attempt id, usage as last sampled) of each attempt still running: what the
-        node's metrics (shoal.agent.metrics) add up."""
-        with self.lock:
-            live = [a for a in self.attempts.values() if a.exit is None and a.pid is not None]
-            return [(a.order.node, a.attempt_id, dict(a.usage)) for a in live]
-
-    # ---- reporting ----
-
-    def running_reports(self) -> list[RunningReport]:
-        """Attempts still running, and those that exited but whose exit is not reported yet
-        (their logs are still being shipped): the server must not take them for lost."""
-        with self.lock:
-            return [
-                RunningReport(
-                    attempt_id=a.attempt_id,
-                    pid=a.pid,
-                    started_at=a.started_at or time.time(),
-                    usage=dict(a.usage),
-                    epoch=a.order.epoch,
-                    held_exit_code=a.held_code if a.exit is None else None,
-                    held_until=a.held_until if a.exit is None else None,
-                )
-                for a in self.attempts.values()
-                if a.pid is not None and (a.exit is None or not a.logs_done)
-            ]
-
-    def exit_reports(self) -> list[ExitReport]:
-        """Exits whose logs are all shipped (so a finished task's log is complete)."""
-        with self.lock:
-            done = [a.exit for a in self.attempts.values() if a.exit is not None and a.logs_done]
-            return [*done, *self.orphan_exits.values()]
-
-    def acknowledge(self, attempt_ids: list[str]) -> None:
-        with self.lock:
-            for attempt_id in attempt_ids:
-                self.orphan_exits.pop(attempt_id, None)
-                attempt = self.attempts.get(attempt_id)
-                if attempt is not None and attempt.exit is not None:
-                    del self.attempts[attempt_id]
-                    self.journal.forget(attempt_id)
-                    self.workspace.remove_attempt(attempt.workdir, attempt.log_dir)
-
     def stop_all(self, grace: float) -> None:
         """Stop every task (agent shutdown): SIGTERM, wait up to ``grace``, then SIGKILL. Each
         exit says the agent's shutdown stopped it, unless the process had already exited on its
@@ -561,19 +507,3 @@ class Runner:
                 while adopted_alive(attempt.pid, attempt.create_time):
                     time.sleep(0.01)
             self._release(attempt)  # a container being started, the cgroup: nothing outlives it
-
-    def unreported_exits(self) -> list[ExitReport]:
-        """Every exit the server has not acknowledged (shipped logs or not)."""
-        with self.lock:
-            done = [a.exit for a in self.attempts.values() if a.exit is not None]
-            return [*done, *self.orphan_exits.values()]
-
-    def restore_exits(self, exits: list[ExitReport]) -> None:
-        """Exits a previous run of this agent could not deliver: repeated until acknowledged."""
-        with self.lock:
-            for report in exits:
-                attempt = self.attempts.get(report.attempt_id)
-                if attempt is not None and attempt.exit is not None:
-                    attempt.exit = report  # as that run saw it end (e.g. its own shutdown)
-                elif attempt is None:
-                    self.orphan_exits.setdefault(report.attempt_id, report)
