@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.integration.conftest import LocalCluster
+from tests.integration.conftest import LocalCluster, local_cli
 
 JOB = """protocolVersion: 2
 name: {name}
@@ -50,6 +50,8 @@ def test_a_failing_pre_command_fails_the_task_naming_it(cluster: LocalCluster) -
     assert task["diagnostics"] == reason, task
     assert cluster.log(job, "worker") == "pre0\n"  # neither the commands nor post-commands ran
     assert reason in cluster.log(job, "worker", stream="stderr")
+    status = local_cli(cluster, "job", "status", job)  # what the user reads first
+    assert f"worker/0 failed: {reason}" in status.stdout, status.stdout
 
 
 def test_git_clones_the_repository_before_the_commands(

@@ -266,6 +266,7 @@ def status_text(detail: Job, why: Job | None, width: int | None) -> str:
     else:
         lines.append(tasks_text(detail, width))
         lines.extend(held_lines(detail))
+        lines.extend(failed_lines(detail))
     return "\n".join(lines)
 
 
@@ -279,6 +280,24 @@ def held_lines(detail: Job) -> list[str]:
         for t in detail.get("tasks") or []
         if t["state"] == "RUNNING" and str(t.get("diagnostics") or "").startswith(HELD)
     ]
+
+
+FAILED_SHOWN = 5  # failed tasks whose reason `job status` prints; the rest are counted
+
+
+def failed_lines(detail: Job) -> list[str]:
+    """Why the job's failed tasks failed (their diagnostics' first line: a failing runtime
+    plugin's step, an OOM...), the first few."""
+    failed = [
+        t for t in detail.get("tasks") or [] if t["state"] == "FAILED" and t.get("diagnostics")
+    ]
+    lines = [
+        f"  {t['role']}/{t['index']} failed: {str(t['diagnostics']).splitlines()[0]}"
+        for t in failed[:FAILED_SHOWN]
+    ]
+    if len(failed) > FAILED_SHOWN:
+        lines.append(f"  ... and {len(failed) - FAILED_SHOWN} more failed tasks (-o json)")
+    return lines
 
 
 _ELEMENT_COLUMNS = [
