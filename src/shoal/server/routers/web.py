@@ -48,6 +48,8 @@ TEMPLATES = (
     ("pai-v1-distributed", "pai-v1", "pai-v1-distributed.json"),
     ("maro", "maro", "maro.yaml"),
     ("maro-distributed", "maro", "maro-distributed.yaml"),
+    ("jupyter", "native", "jupyter.yaml"),
+    ("tensorboard", "native", "tensorboard.yaml"),
 )
 
 
