@@ -7,6 +7,7 @@ import { JobPage } from "./pages/job";
 import { Login } from "./pages/login";
 import { NodePage, Nodes } from "./pages/nodes";
 import { Overview } from "./pages/overview";
+import { SshKeys } from "./pages/ssh-keys";
 import { VirtualClusters } from "./pages/vcs";
 import "./style.css";
 import type { Session } from "./types";
@@ -18,6 +19,7 @@ const NAV: [string, string][] = [
   ["submit", "Submit"],
   ["nodes", "Nodes"],
   ["vcs", "Virtual clusters"],
+  ["ssh-keys", "SSH keys"],
 ];
 
 function LiveDot() {
@@ -43,6 +45,8 @@ function Page({ session }: { session: Session }) {
       return arg ? <NodePage name={arg} session={session} /> : <Nodes session={session} />;
     case "vcs":
       return <VirtualClusters session={session} />;
+    case "ssh-keys":
+      return <SshKeys />;
     case "terminal":
       return <TerminalPage job={arg ?? ""} task={params.get("task") ?? ""} />;
     default:
