@@ -15,6 +15,7 @@ import {
   useLoad,
   useNow,
 } from "../util";
+import { JobShares } from "./job-shares";
 import { Logs } from "./logs";
 import { WhyWaiting } from "./why";
 
@@ -249,6 +250,7 @@ export function JobPage({ id, session }: { id: string; session: Session }) {
         </Notice>
       ) : null}
       <WhyWaiting job={detail} session={session} />
+      {session.admin || session.user === detail.user ? <JobShares job={detail.id} /> : null}
       <h2>Tasks</h2>
       {detail.tasks.length ? (
         <Tasks
