@@ -68,7 +68,7 @@ def test_the_owner_shares_a_job_and_an_unknown_user_is_refused(
         assert _shares(olga, job) == {"users": ["sam"], "groups": ["default"]}
 
         # removed: gone from the page and from the API, the refusal cleared
-        control.get_by_role("button", name="Stop sharing with user sam").click()
+        control.get_by_role("button", name="Remove user sam from the shares").click()
         expect(control.locator("li[data-share='user:sam']")).to_have_count(0)
         expect(refusal).to_have_count(0)
         assert _shares(olga, job) == {"users": [], "groups": ["default"]}

@@ -105,7 +105,7 @@ export function JobShares({ job }: { job: string }) {
                 class="secondary small"
                 disabled={busy}
                 onClick={() => remove(kind, name)}
-                aria-label={`Stop sharing with ${SINGULAR[kind]} ${name}`}
+                aria-label={`Remove ${SINGULAR[kind]} ${name} from the shares`}
               >
                 Remove
               </button>
