@@ -11,9 +11,11 @@ from shoal.cli.render import console, new_table
 from shoal.cli.vc_update import (
     describe_amounts,
     parse_aging,
+    parse_idle_timeout,
     parse_resources,
     update_command,
 )
+from shoal.spec.units import format_duration
 
 vc_app = typer.Typer(help="Virtual clusters: teams' guaranteed shares.", no_args_is_help=True)
 
@@ -28,6 +30,7 @@ def _settings(
     aging: str | None,
     aging_max_preemptions: int | None,
     description: str,
+    idle_timeout: str | None = None,
 ) -> dict[str, Any]:
     g = parse_resources(guarantee, "--guarantee") or {}
     b = parse_resources(borrow, "--borrow-limit")
@@ -45,6 +48,7 @@ def _settings(
         "strict_fifo": strict_fifo,
         "aging": parse_aging(aging, aging_max_preemptions),
         "members": _names(members),
+        "idle_timeout_s": parse_idle_timeout(idle_timeout),
     }
 
 
@@ -95,6 +99,9 @@ def create(
     aging: str | None = AGING,
     aging_max_preemptions: int | None = AGING_MAX_PREEMPTIONS,
     description: str = DESCRIPTION,
+    idle_timeout: str | None = typer.Option(
+        None, "--idle-timeout", help="Stop interactive jobs (notebooks) idle this long, e.g. 2h."
+    ),
 ) -> None:
     """Create a virtual cluster (admins)."""
     settings = _settings(
@@ -107,6 +114,7 @@ def create(
         aging,
         aging_max_preemptions,
         description,
+        idle_timeout,
     )
     client().save_vc(name, settings, create=True)
     console.print(f"virtual cluster {name} created")
@@ -149,6 +157,10 @@ def list_vcs(output: OutputFormat = OUTPUT_OPTION) -> None:
             style="dim",
             highlight=False,
         )
+    idle = [f"{vc['name']} {format_duration(round(vc['idleTimeoutS']))}" for vc in rows
+            if vc.get("idleTimeoutS")]  # fmt: skip
+    if idle:
+        console.print(f"idle interactive jobs stopped after: {', '.join(idle)}", highlight=False)
 
 
 def _queue(vc: dict[str, Any]) -> str:

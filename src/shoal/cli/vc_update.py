@@ -25,6 +25,7 @@ LABELS = {
     "strict_fifo": "strict fifo",
     "aging": "aging",
     "members": "members",
+    "idle_timeout_s": "idle timeout",
 }
 BORROW_FIELDS = ("borrow_cpu", "borrow_memory_mib", "borrow_gpu")
 
@@ -128,7 +129,22 @@ def format_setting(name: str, value: Any) -> str:
         return "everyone"
     if name.endswith("memory_mib"):
         return format_mib(value)
+    if name == "idle_timeout_s":
+        return units.format_duration(int(value))
     return plain(name, value)
+
+
+def parse_idle_timeout(text: str | None) -> float | None:
+    """``--idle-timeout 2h`` in seconds (None: not given)."""
+    if text is None:
+        return None
+    try:
+        seconds = units.parse_duration(text, "--idle-timeout")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--idle-timeout") from None
+    if seconds <= 0:
+        raise typer.BadParameter("must be more than 0 (--clear-idle-timeout: never)")
+    return float(seconds)
 
 
 def _resource_fields(amounts: dict[str, float], prefix: str) -> dict[str, Any]:
@@ -241,6 +257,12 @@ def update_command(
     description: str | None = typer.Option(
         None, "--description", help="What the virtual cluster is for."
     ),
+    idle_timeout: str | None = typer.Option(
+        None, "--idle-timeout", help="Stop interactive jobs idle this long, e.g. 2h."
+    ),
+    clear_idle_timeout: bool = typer.Option(
+        False, "--clear-idle-timeout", help=CLEAR_HELP + "interactive jobs are never stopped."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the change; write nothing."),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
@@ -265,6 +287,8 @@ def update_command(
         )
     if aging is not None or clear_aging:
         patch["aging"] = parse_aging(aging, aging_max_preemptions)
+    if idle_timeout is not None or clear_idle_timeout:
+        patch["idle_timeout_s"] = parse_idle_timeout(idle_timeout)
     for key, value in (
         ("preempt_within", preempt_within),
         ("strict_fifo", strict_fifo),

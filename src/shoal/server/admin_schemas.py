@@ -63,6 +63,12 @@ class VirtualClusterIn(BaseModel):
         None, description="Jobs with less GPU time first (None: priority, then submission)."
     )
     members: list[str] = Field(default_factory=list, description="Users and groups.")
+    idle_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Interactive jobs (`interactive: true`: notebooks) are stopped after this "
+        "many seconds without a request through the task proxy (None: never).",
+    )
 
 
 class VirtualClusterPatch(BaseModel):
@@ -84,6 +90,7 @@ class VirtualClusterPatch(BaseModel):
     strict_fifo: bool | None = None
     aging: AgingSetting | None = None
     members: list[str] | None = None
+    idle_timeout_s: float | None = Field(None, gt=0)
 
 
 class FieldChange(BaseModel):
@@ -117,6 +124,9 @@ class VirtualClusterOut(BaseModel):
     aging: AgingSetting | None = Field(None, description="null: no attained-service aging.")
     members: list[str]
     clusterTotal: dict[str, float]
+    idleTimeoutS: float | None = Field(
+        None, description="Interactive jobs idle this long are stopped (null: never)."
+    )
 
 
 # ---- users and tokens ----

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -16,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import OperationalError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shoal import __version__
@@ -54,7 +56,7 @@ from shoal.server.routers import audit as audit_routes
 from shoal.server.routers import exec as exec_routes
 from shoal.server.routers import logs as log_routes
 from shoal.server.scheduler_process import SchedulerProcess
-from shoal.server.services import audit
+from shoal.server.services import audit, idle_jobs
 from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
 from shoal.server.services.tunnels import ensure_proxy_key
@@ -113,7 +115,9 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         if run_scheduler:
             restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
+        culler = asyncio.ensure_future(stop_idle_jobs(ctx))  # docs/notebooks.md
         yield
+        culler.cancel()
         await app.state.http_forwarder.aclose()
         watch = getattr(app.state, "change_watch", None)
         if watch is not None:
@@ -188,6 +192,17 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
         )
 
     return app
+
+
+async def stop_idle_jobs(ctx: ServerContext) -> None:
+    """Every ``idle_sweep_s``: interactive jobs idle past their VC's timeout are warned, then
+    stopped (``services.idle_jobs``). A failed sweep is logged; the next one comes."""
+    while not ctx.closing:
+        await asyncio.sleep(ctx.settings.idle_sweep_s)
+        try:
+            await run_in_threadpool(idle_jobs.sweep, ctx, ctx.clock())
+        except Exception:
+            log.exception("checking interactive jobs for idleness failed")
 
 
 def _include_routers(app: FastAPI) -> None:

@@ -49,6 +49,11 @@ class ServerContext:
     proxy_port: int | None = None  # where the task proxy listens, once bound (docs/proxy.md)
     proxy_key: bytes = b""  # HOME/proxy.key: what tasks' proxy tokens derive from
     shares_version: int = 0  # rises when a job's shares change: the proxy's checks are stale
+    # the last request through the task proxy per job (wall clock), and the idle jobs warned
+    # (services/idle_jobs.py); in memory: a restarted server counts from its start
+    proxy_activity: dict[str, float] = field(default_factory=dict)
+    idle_warned: set[str] = field(default_factory=set)
+    started_at: float = field(default_factory=time.time)
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)
     held: dict[str, float] = field(default_factory=dict)  # attempts held for debugging: until

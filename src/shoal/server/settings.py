@@ -78,6 +78,21 @@ def node_cert_lifetime_from_env() -> float:
     return value
 
 
+IDLE_SWEEP_ENV = "SHOAL_IDLE_SWEEP_S"
+
+
+def idle_sweep_from_env() -> float:
+    """$SHOAL_IDLE_SWEEP_S, or 30 s; anything but a positive number is an error naming it."""
+    text = os.environ.get(IDLE_SWEEP_ENV, "").strip()
+    try:
+        value = float(text) if text else 30.0
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"${IDLE_SWEEP_ENV}={text!r}: must be a positive number of seconds")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     home: Path
@@ -126,6 +141,9 @@ class ServerSettings:
     node_cert_lifetime_s: float = field(default_factory=node_cert_lifetime_from_env)
     # How long a failed debug task is held when its role does not say, in seconds.
     debug_hold_s: float = field(default_factory=debug_hold_from_env)
+    # How often interactive jobs are checked against their VC's idle timeout (docs/notebooks.md):
+    # 30 s, unless $SHOAL_IDLE_SWEEP_S says otherwise (tests check every second).
+    idle_sweep_s: float = field(default_factory=idle_sweep_from_env)
 
     @property
     def heartbeat_write_s(self) -> float:

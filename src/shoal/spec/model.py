@@ -111,6 +111,8 @@ class JobSpec(BaseModel):
     gang: bool = True
     job_retry_count: int = 0
     max_runtime_s: int | None = None
+    # a notebook or a TensorBoard: stopped once idle past its VC's idle timeout (docs/notebooks.md)
+    interactive: bool = False
     code_dir: str | None = None
     data: tuple[str, ...] = ()  # data sets every task reads: NAME or OWNER/NAME
     env: dict[str, str] = Field(default_factory=dict)

@@ -94,6 +94,7 @@ class RawNativeJob(BaseModel):
     gang: bool = True
     retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] = 0
     max_runtime: int | str | None = None
+    interactive: bool = False
     code_dir: Annotated[str, Field(min_length=1)] | None = None
     data: DataRefs = Field(default_factory=list)
     env: dict[EnvName, Scalar] = Field(default_factory=dict)
@@ -181,6 +182,7 @@ def _job(
         gang=raw.gang,
         job_retry_count=raw.retries,
         max_runtime_s=max_runtime,
+        interactive=raw.interactive,
         code_dir=raw.code_dir,
         data=tuple(dict.fromkeys(raw.data)),
         env={k: _text(v) for k, v in raw.env.items()},

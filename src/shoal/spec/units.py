@@ -110,6 +110,17 @@ def parse_duration(text: str, what: str = "duration") -> int:
     return seconds
 
 
+def format_duration(seconds: int) -> str:
+    """``7200`` as ``2h``, ``5400`` as ``1h30m``: what ``parse_duration`` reads back."""
+    if seconds <= 0:
+        return "0s"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = zip((days, hours, minutes, secs), "dhms", strict=True)
+    return "".join(f"{amount}{unit}" for amount, unit in parts if amount)
+
+
 def format_memory(mib: int) -> str:
     if mib % 1024 == 0 and mib >= 1024:
         return f"{mib // 1024}Gi"

@@ -307,6 +307,8 @@ class VirtualClusterRow(Base):
     members: Mapped[list[Any]] = mapped_column(JSON, default=list)  # user and group names
     gpu_by_type: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # type -> GPUs
     created_at: Mapped[float] = mapped_column(Float)
+    # interactive jobs idle this long are stopped (docs/notebooks.md); None: never
+    idle_timeout_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class DataSetRow(Base):

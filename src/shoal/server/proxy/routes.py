@@ -124,6 +124,7 @@ async def proxy_http(request: Request, job: str, role: str, index: str, label: s
     try:
         principal = await _http_principal(request, ctx)
         target = await _resolved(ctx, principal, job, (role, _index(index)), label)
+        ctx.proxy_activity[target.job_id] = ctx.clock()  # the idle timeout (docs/notebooks.md)
         forwarder: HttpForwarder = request.app.state.http_forwarder
         return await forwarder.forward(request, target, _token(ctx, target))
     except ApiError as exc:
@@ -151,7 +152,12 @@ async def proxy_websocket(
         await refuse(websocket, exc)
         return
     try:
-        await forward_websocket(websocket, stream, target, _token(ctx, target))
+
+        def touch() -> None:  # each message is activity (docs/notebooks.md, the idle timeout)
+            ctx.proxy_activity[target.job_id] = ctx.clock()
+
+        touch()
+        await forward_websocket(websocket, stream, target, _token(ctx, target), touch)
     except WebSocketDisconnect:
         pass
     finally:

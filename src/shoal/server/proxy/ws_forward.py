@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.client import ClientProtocol
@@ -88,9 +89,14 @@ class TaskSocket:
 
 
 async def forward_websocket(
-    user: WebSocket, stream: TaskStream, target: TunnelTarget, token: str
+    user: WebSocket,
+    stream: TaskStream,
+    target: TunnelTarget,
+    token: str,
+    touch: Callable[[], None] = lambda: None,
 ) -> None:
-    """Relay ``user`` (not yet accepted) to the task's WebSocket at the same path."""
+    """Relay ``user`` (not yet accepted) to the task's WebSocket at the same path; ``touch`` is
+    called for each message either way."""
     task = TaskSocket(stream, _client(user, target, token))
     try:
         answer = await task.handshake()
@@ -102,9 +108,9 @@ async def forward_websocket(
         await user.close(UPSTREAM_FAILED, f"the task refused the WebSocket ({status})"[:120])
         return
     await user.accept(subprotocol=answer.headers.get("Sec-WebSocket-Protocol"))
-    upstream = asyncio.ensure_future(_user_to_task(user, task))
+    upstream = asyncio.ensure_future(_user_to_task(user, task, touch))
     try:
-        await _task_to_user(task, user)
+        await _task_to_user(task, user, touch)
     finally:
         upstream.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -137,9 +143,10 @@ def _client(user: WebSocket, target: TunnelTarget, token: str) -> ClientProtocol
     return protocol
 
 
-async def _user_to_task(user: WebSocket, task: TaskSocket) -> None:
+async def _user_to_task(user: WebSocket, task: TaskSocket, touch: Callable[[], None]) -> None:
     while True:
         message = await user.receive()
+        touch()
         if message["type"] == "websocket.disconnect":
             code = message.get("code") or 1000
             task.protocol.send_close(code if code < 4999 and code not in (1005, 1006) else 1000)
@@ -152,9 +159,10 @@ async def _user_to_task(user: WebSocket, task: TaskSocket) -> None:
         await task.flush()
 
 
-async def _task_to_user(task: TaskSocket, user: WebSocket) -> None:
+async def _task_to_user(task: TaskSocket, user: WebSocket, touch: Callable[[], None]) -> None:
     while True:
         for opcode, data in await task.frames():
+            touch()
             if opcode == Opcode.CLOSE:
                 close = Close.parse(data) if data else None
                 code = close.code if close is not None and close.code not in (1005, 1006) else 1000

@@ -223,6 +223,7 @@ def settings_of(row: VirtualClusterRow | None) -> dict[str, Any]:
         "strict_fifo": row.strict_fifo,
         "aging": None if row.aging is None else dict(row.aging),
         "members": list(row.members),
+        "idle_timeout_s": row.idle_timeout_s,
     }
 
 
@@ -243,6 +244,7 @@ def _write(row: VirtualClusterRow, settings: dict[str, Any]) -> None:
     row.strict_fifo = settings["strict_fifo"]
     row.aging = None if settings["aging"] is None else dict(settings["aging"])
     row.members = list(settings["members"])
+    row.idle_timeout_s = settings["idle_timeout_s"]
 
 
 def _patched(before: dict[str, Any], body: VirtualClusterPatch) -> dict[str, Any]:
@@ -415,6 +417,7 @@ def describe_all(ctx: ServerContext) -> list[VirtualClusterOut]:
             aging=rows[vc.name].aging if vc.name in rows else None,
             members=["*"] if vc.name == DEFAULT_VC else list(rows[vc.name].members),
             clusterTotal=_vector_out(total),
+            idleTimeoutS=rows[vc.name].idle_timeout_s if vc.name in rows else None,
         )
         for vc in vcs
     ]
