@@ -48,6 +48,13 @@ def test_preview_save_and_cancel(open_page: object, admin_token: str, api: httpx
     editor.locator("button", has_text="Cancel").click()
     expect(editor).to_have_count(0)
     assert _borrow_gpu(api, "team-x") == 1
+    # the idle timeout of interactive jobs (docs/notebooks.md), in minutes
+    row.locator("button", has_text="Edit").click()
+    editor.locator("input[name=idle_minutes]").fill("90")
+    editor.locator("button", has_text="Save").click()
+    expect(saved).to_contain_text("Idle timeout of interactive jobs: never → 90 min")
+    vc = api.get("/api/v1/virtual-clusters/team-x").json()
+    assert vc["idleTimeoutS"] == 5400
     assert api.delete("/api/v1/virtual-clusters/team-x").status_code == 204
 
 

@@ -75,7 +75,7 @@ export async function call<T>(
       const error = await response.json();
       code = error.code ?? code;
       message = error.message ?? message;
-      details = error.details ?? null;
+      details = error.problems ?? error.details ?? null; // shoal's errors carry `problems`
     } catch {
       /* not JSON: keep the status line */
     }

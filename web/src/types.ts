@@ -127,6 +127,8 @@ export interface VirtualCluster {
   preemptWithin: boolean;
   userGpuCap: number | null;
   clusterTotal: Record<string, number>;
+  /** Interactive jobs idle this long (seconds) are stopped; null: never (docs/notebooks.md). */
+  idleTimeoutS?: number | null;
 }
 
 export interface ClusterStatus {

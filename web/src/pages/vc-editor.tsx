@@ -15,7 +15,12 @@ const FIELDS: [string, string][] = [
   ["borrow_memory_mib", "May borrow memory (MiB)"],
   ["borrow_gpu", "May borrow GPUs"],
 ];
-const LABELS: Record<string, string> = { ...Object.fromEntries(FIELDS), members: "Members", description: "Description" };
+const LABELS: Record<string, string> = {
+  ...Object.fromEntries(FIELDS),
+  members: "Members",
+  description: "Description",
+  idle_timeout_s: "Idle timeout of interactive jobs",
+};
 
 function initial(vc: VirtualCluster): Record<string, string> {
   const pick = (limit: Limit | null, key: string) => {
@@ -30,10 +35,12 @@ function initial(vc: VirtualCluster): Record<string, string> {
     borrow_memory_mib: pick(vc.borrowLimit, "memoryMiB"),
     borrow_gpu: pick(vc.borrowLimit, "gpu"),
     members: vc.members.join(", "),
+    idle_minutes: vc.idleTimeoutS ? String(vc.idleTimeoutS / 60) : "",
   };
 }
 
 function shown(field: string, value: unknown): string {
+  if (field === "idle_timeout_s") return typeof value === "number" ? `${value / 60} min` : "never";
   if (value === null || value === undefined) {
     return field.startsWith("borrow_") || field.startsWith("guarantee_") ? "any" : "none";
   }
@@ -84,6 +91,14 @@ export function VcEditor({
         throw new Error(`${label}: "${text}" is not a number (leave it empty for "any")`);
       }
       body[key] = value;
+    }
+    if (values.idle_minutes.trim() !== before.idle_minutes) {
+      const text = values.idle_minutes.trim();
+      const minutes = text === "" ? null : Number(text);
+      if (minutes !== null && !(Number.isFinite(minutes) && minutes > 0)) {
+        throw new Error(`Idle timeout: "${text}" is not a number of minutes above 0 (leave it empty: never)`);
+      }
+      body.idle_timeout_s = minutes === null ? null : minutes * 60;
     }
     if (values.members !== before.members) {
       body.members = values.members
@@ -138,6 +153,16 @@ export function VcEditor({
           placeholder="everyone"
           value={values.members}
           onInput={(e) => edit("members", (e.target as HTMLInputElement).value)}
+        />
+      </label>
+      <label>
+        Stop idle interactive jobs after (minutes)
+        <input
+          name="idle_minutes"
+          inputMode="decimal"
+          placeholder="never"
+          value={values.idle_minutes}
+          onInput={(e) => edit("idle_minutes", (e.target as HTMLInputElement).value)}
         />
       </label>
       <div class="vc-editor-foot">
