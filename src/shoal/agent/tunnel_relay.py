@@ -7,9 +7,11 @@ The order comes with the long poll (``OrdersResponse.tunnels``). For each, a thr
    server's ``attached``;
 2. checks the attempt runs here and the port is one of the task's own (a task shares the node's
    network with others: any other port could be another user's task or a node service);
-3. connects to the port on loopback, then on the task's address, and says ``connected`` (or an
+3. when tasks run as their own users, checks that whoever listens on the port is the task's
+   user (not another user's process that took the port first);
+4. connects to the port on loopback, then on the task's address, and says ``connected`` (or an
    ``error`` naming why, e.g. nothing listens there yet);
-4. relays bytes both ways until either side closes: the task's side half-closing ends the
+5. relays bytes both ways until either side closes: the task's side half-closing ends the
    WebSocket once what it wrote is sent; the WebSocket closing closes the connection.
 """
 
@@ -23,7 +25,15 @@ from typing import TYPE_CHECKING
 
 from shoal.agent.exec_relay import connect
 from shoal.agent.identity import Connection
-from shoal.protocol import EXEC_ATTACH_S, TunnelOrder, exec_control, tunnel_control, tunnel_path
+from shoal.agent.runtimes import LaunchRefused
+from shoal.protocol import (
+    EXEC_ATTACH_S,
+    LaunchOrder,
+    TunnelOrder,
+    exec_control,
+    tunnel_control,
+    tunnel_path,
+)
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
@@ -36,6 +46,7 @@ READ_SIZE = 1 << 16
 NOT_RUNNING = "TaskNotRunningError"
 NOT_A_TASK_PORT = "NotATaskPortError"
 NOT_LISTENING = "PortNotListeningError"
+NOT_THE_TASKS = "PortNotTheTasksError"
 
 
 class TunnelRefused(Exception):
@@ -144,6 +155,7 @@ class Tunnel:
                 NOT_A_TASK_PORT,
                 f"port {self.order.port} is not one of the task's ports ({_listed(own)})",
             )
+        self._check_listener(order)
         problems: list[str] = []
         for host in dict.fromkeys(("127.0.0.1", order.env.get("SHOAL_HOST_IP", "127.0.0.1"))):
             try:
@@ -160,6 +172,26 @@ class Tunnel:
             f"{order.role}/{order.index} ({'; '.join(problems)}): is its program listening "
             "there yet?",
         )
+
+    def _check_listener(self, order: LaunchOrder) -> None:
+        """Tasks share the node's network: a port the task does not listen on yet could be
+        taken by another user's process, which would then get the user's requests (and the
+        task's proxy token). When tasks run as their own users, whoever listens on the port
+        must be the task's user."""
+        try:
+            user = self.runner.users.for_order(order)
+        except LaunchRefused:
+            return
+        if user is None:  # tasks run as the agent's own user: no uid tells them apart
+            return
+        holders = listener_uids(self.order.port)
+        if holders and user.uid not in holders:
+            raise TunnelRefused(
+                NOT_THE_TASKS,
+                f"port {self.order.port} of task {order.role}/{order.index} is held by another "
+                f"user's process (uid {', '.join(map(str, sorted(holders)))}), not by the task "
+                f"(uid {user.uid}): nothing is forwarded to it",
+            )
 
     def _ws_to_task(self, ws: ClientConnection) -> None:
         """WebSocket -> task, until the WebSocket closes; then the task's side is closed."""
@@ -187,6 +219,27 @@ class Tunnel:
         finally:
             with contextlib.suppress(Exception):
                 ws.close(1000, "the task's side closed")
+
+
+def listener_uids(port: int) -> set[int]:
+    """The uids of the sockets listening on TCP ``port`` in this network namespace (from
+    /proc/net/tcp and tcp6: local address, state 0A = LISTEN, uid)."""
+    found: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                lines = handle.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if (
+                len(fields) > 7
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                found.add(int(fields[7]))
+    return found
 
 
 def _attached(ws: ClientConnection, session: str) -> bool:
