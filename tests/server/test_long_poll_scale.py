@@ -132,7 +132,7 @@ async def scenario(url: str, ctx: ServerContext) -> None:
         await answers(api)  # meanwhile a wrongly woken poll would have answered
         assert not [name for name, task in polls.items() if task.done()], "others were woken"
         for orders in await asyncio.gather(*polls.values()):  # each waits out its wait_s
-            assert orders == {"launch": [], "kill": [], "exec": []}
+            assert orders == {"launch": [], "kill": [], "exec": [], "tunnels": []}
 
 
 def test_200_long_polls_leave_the_api_answering_and_news_wakes_only_its_node(

@@ -64,7 +64,7 @@ def sweep(ctx: ServerContext, now: float) -> list[Verdict]:
             name: float(timeout)
             for name, timeout in session.execute(
                 select(VirtualClusterRow.name, VirtualClusterRow.idle_timeout_s)
-            ).tuples()
+            )
             if timeout is not None
         }
         if not timeouts:
