@@ -91,6 +91,14 @@ REFUSALS: dict[str, tuple[int, ...]] = {
     "GET /api/v1/jobs/{job}/pending-reason": _JOB,
     "GET /api/v1/jobs/{job}/source": _JOB,
     "POST /api/v1/jobs/{job}/stop": (403, 404, 409),
+    "POST /api/v1/jobs/{job}/release": (400, 403, 404, 409),  # 409: nothing held
+    "GET /api/v1/jobs/{job}/shares": _JOB,
+    "PUT /api/v1/jobs/{job}/shares": _JOB,  # unknown users and groups: the validation status
+    "GET /api/v1/jobs/{job}/ssh": (*_JOB, 409),  # 409: no ssh plugin, not placed
+    "GET /api/v1/jobs/{job}/ssh/private-key": (*_JOB, 409),
+    "GET /api/v1/ssh-keys": (400, 403, 404),  # ?user= another's: admins only; no such user
+    "POST /api/v1/ssh-keys": (400, 403, 404, 409),  # 409: that key or name again
+    "DELETE /api/v1/ssh-keys/{name}": (400, 403, 404),
     "POST /api/v1/join": (400, 401, 403, 409, 426),
     "GET /api/v1/join-tokens": (403, 409),
     "POST /api/v1/join-tokens": (400, 403, 409),
@@ -139,6 +147,7 @@ REFUSALS: dict[str, tuple[int, ...]] = {
     "{task_attempt}/logs": _PAI_JOB,
     "GET /api/v2/jobs/{framework}/config": _PAI_JOB,
     "GET /api/v2/jobs/{framework}/events": _PAI_JOB,
+    "GET /api/v2/jobs/{framework}/ssh": (400, 403, 404),
     "PUT /api/v2/jobs/{framework}/executionType": (400, 403, 404),
     "GET /api/v2/jobs/{framework}/job-attempts": _PAI_JOB,
     "GET /api/v2/jobs/{framework}/job-attempts/{attempt}": _PAI_JOB,
