@@ -3,6 +3,7 @@ a temporary ``SHOAL_HOME``; torn down by PID (their own process groups) afterwar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -79,6 +80,18 @@ def start_cluster(home: Path, **options: object) -> LocalCluster:
     info = start_local(UpOptions(home=home, **settings), timeout_s=60)  # type: ignore[arg-type]
     token = (home / "admin.token").read_text().strip()
     return LocalCluster(home, info, ShoalClient(info.url, token))
+
+
+@contextlib.contextmanager
+def running_cluster(home: Path, **options: object) -> Iterator[LocalCluster]:
+    """A local cluster at ``home`` that `shoal --context local` finds, stopped when done."""
+    running = start_cluster(home, **options)
+    (home / "server.json").write_text(json.dumps({"url": running.info.url}))
+    try:
+        yield running
+    finally:
+        running.client.close()
+        stop_local(home, grace_s=10)
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shoal.local.supervisor import stop_local
-from tests.integration.conftest import LocalCluster, local_cli, start_cluster
+from tests.integration.conftest import LocalCluster, local_cli, running_cluster
 
 TIMEOUT_S = 8
 
@@ -22,14 +21,8 @@ TIMEOUT_S = 8
 @pytest.fixture
 def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
     monkeypatch.setenv("SHOAL_IDLE_SWEEP_S", "0.5")  # the server checks every half second
-    home = tmp_path / "shoal-home"
-    running = start_cluster(home, nodes=1)
-    (home / "server.json").write_text(json.dumps({"url": running.info.url}))
-    try:
+    with running_cluster(tmp_path / "shoal-home", nodes=1) as running:
         yield running
-    finally:
-        running.client.close()
-        stop_local(home, grace_s=10)
 
 
 def _job(name: str, interactive: bool) -> str:

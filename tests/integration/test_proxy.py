@@ -21,9 +21,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from shoal.local.supervisor import stop_local
 from tests.envs import is_user_setting
-from tests.integration.conftest import LocalCluster, start_cluster
+from tests.integration.conftest import LocalCluster, running_cluster
 from tests.integration.conftest import local_cli as shoal
 from tests.integration.test_network_join import Network, network, worker  # noqa: F401
 
@@ -79,14 +78,8 @@ HTTPServer(("0.0.0.0", int(os.environ["SHOAL_PORT_upload"])), Handler).serve_for
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    home = tmp_path_factory.mktemp("proxy") / "shoal-home"
-    running = start_cluster(home, nodes=1)
-    (home / "server.json").write_text(json.dumps({"url": running.info.url}))
-    try:
+    with running_cluster(tmp_path_factory.mktemp("proxy") / "shoal-home", nodes=1) as running:
         yield running
-    finally:
-        running.client.close()
-        stop_local(home, grace_s=10)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ request (nor the task's proxy token) reaches a squatter."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -14,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.local.supervisor import stop_local
-from tests.integration.conftest import LocalCluster, local_cli, start_cluster
+from tests.integration.conftest import LocalCluster, local_cli, running_cluster
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks switch users only as root")
 SQUATTER_UID = 1_999_999_999  # below the pool's base: no shoal user's uid
@@ -35,14 +33,8 @@ while True:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    home = tmp_path / "shoal-home"
-    running = start_cluster(home, nodes=1)
-    (home / "server.json").write_text(json.dumps({"url": running.info.url}))
-    try:
+    with running_cluster(tmp_path / "shoal-home", nodes=1) as running:
         yield running
-    finally:
-        running.client.close()
-        stop_local(home, grace_s=10)
 
 
 def test_nothing_is_forwarded_to_another_users_process_on_a_tasks_port(

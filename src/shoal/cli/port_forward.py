@@ -57,6 +57,7 @@ def port_forward(
     """Forward local ports to a running task's ports, through the server (like kubectl).
 
     shoal job port-forward nb 8888:http; shoal job port-forward nb --task worker/1 :6006."""
+    from shoal.cli.exec_command import _task_ok
     from shoal.client import ShoalError, discover
 
     if task is not None and not _task_ok(task):
@@ -72,11 +73,6 @@ def port_forward(
     if stdio:
         raise typer.Exit(tunnel.stdio(pairs[0][1]))
     raise typer.Exit(tunnel.listen(address, pairs))
-
-
-def _task_ok(task: str) -> bool:
-    role, _, index = task.partition("/")
-    return bool(role) and (index or "0").isdigit()
 
 
 def _stdio_port(ports: list[str]) -> list[tuple[int, str]]:

@@ -23,22 +23,21 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, exec_control, tunnel_control
+from shoal.protocol import exec_control, tunnel_control
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.deps import get_user, principal_of_token
 from shoal.server.proxy.http_forward import HttpForwarder
 from shoal.server.proxy.streams import TaskStream, open_stream
 from shoal.server.proxy.ws_forward import forward_websocket
-from shoal.server.routers.exec import refuse
-from shoal.server.services import exec_sessions, tunnels
+from shoal.server.routers.exec import attach_agent, invalid_param, refuse, task_param
+from shoal.server.services import tunnels
 from shoal.server.services.tunnels import TunnelTarget
 from shoal.server.services.web_sessions import SESSION_COOKIE
-from shoal.server.ws_auth import websocket_agent, websocket_principal
+from shoal.server.ws_auth import websocket_principal
 
 router = APIRouter(tags=["proxy"])
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-READ_CHUNK = 1 << 16
 
 
 @router.websocket("/api/v1/jobs/{job}/tunnel")
@@ -48,10 +47,10 @@ async def tunnel(websocket: WebSocket, job: str) -> None:
     await websocket.accept()
     try:
         principal = await websocket_principal(websocket, ctx)
-        task = _task(websocket.query_params.get("task"))
+        task = task_param(websocket.query_params.get("task"))
         port = websocket.query_params.get("port", "")
         if not port:
-            raise _invalid("port", "name the task's port: its label (e.g. ssh) or its number")
+            raise invalid_param("port", "name the task's port: its label (e.g. ssh) or its number")
         target = await run_in_threadpool(tunnels.resolve, ctx, principal, job, task, port)
         stream = await open_stream(ctx, target)
     except ApiError as exc:
@@ -93,17 +92,7 @@ async def _splice(user: WebSocket, stream: TaskStream) -> None:
 async def agent_attach(websocket: WebSocket, session_id: str) -> None:
     """An agent attaches to a tunnel its long poll delivered; ``open_stream`` takes it over."""
     ctx: ServerContext = websocket.app.state.context
-    version = (PROTOCOL_HEADER.lower().encode(), str(PROTOCOL_VERSION).encode())
-    await websocket.accept(headers=[version])
-    try:
-        agent = await websocket_agent(websocket, ctx)
-        live = exec_sessions.check_attach(ctx.tunnel_hub.find(session_id), agent, session_id)
-    except ApiError as exc:
-        await refuse(websocket, exc)
-        return
-    await websocket.send_text(exec_control("attached"))
-    live.attach(websocket)
-    await live.finished.wait()
+    await attach_agent(websocket, ctx.tunnel_hub, session_id)
 
 
 # ---- the proxy ----
@@ -191,7 +180,10 @@ def _token(ctx: ServerContext, target: TunnelTarget) -> str:
 
 
 async def _http_principal(request: Request, ctx: ServerContext) -> Principal:
-    """A Bearer token (curl, scripts) or the dashboard's session cookie (a browser)."""
+    """A Bearer token (curl, scripts) or the dashboard's session cookie (a browser). No CSRF
+    header is asked of a cookie's state-changing calls here: they are the app's own (Jupyter
+    checks its XSRF cookie), and the cookie is ``SameSite=Strict``, so other sites' pages
+    cannot send it."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return await get_user(await principal_of_token(ctx, token.strip()))
@@ -220,19 +212,5 @@ def _refusal(request: Request, exc: ApiError) -> Response:
 
 def _index(text: str) -> int:
     if not text.isdigit():
-        raise _invalid("index", f"expected the task's index (a number), got {text!r}")
+        raise invalid_param("index", f"expected the task's index (a number), got {text!r}")
     return int(text)
-
-
-def _task(text: str | None) -> tuple[str, int] | None:
-    if not text:
-        return None
-    role, _, index = text.partition("/")
-    if not role or not (index or "0").isdigit():
-        raise _invalid("task", f"expected ROLE/INDEX (e.g. worker/0), got {text!r}")
-    return role, int(index or 0)
-
-
-def _invalid(name: str, message: str) -> ApiError:
-    return ApiError(422, "InvalidParametersError", f"{name}: {message}", [
-        {"path": name, "message": message}])  # fmt: skip

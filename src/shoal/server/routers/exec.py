@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, WebSocket
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +40,7 @@ from shoal.server.exec_hub import (
     NOT_ATTACHED,
     REFUSED_BY_AGENT,
     SERVER_STOPPED,
+    ExecHub,
     Outcome,
     relay,
     wait_for_agent,
@@ -149,11 +150,18 @@ async def _close_user(user: WebSocket, outcome: Outcome, target: ExecTarget) -> 
 async def agent_attach(websocket: WebSocket, session_id: str) -> None:
     """An agent attaches to a session its long poll delivered; the user's handler relays."""
     ctx: ServerContext = websocket.app.state.context
+    await attach_agent(websocket, ctx.exec_hub, session_id)
+
+
+async def attach_agent(websocket: WebSocket, hub: ExecHub[Any], session_id: str) -> None:
+    """The agent's side of a session of ``hub`` (exec, or a tunnel): checked (its protocol,
+    its credentials, its node), told ``attached``, handed to the session, held until it ends."""
+    ctx: ServerContext = websocket.app.state.context
     version = (PROTOCOL_HEADER.lower().encode(), str(PROTOCOL_VERSION).encode())
     await websocket.accept(headers=[version])
     try:
         agent = await websocket_agent(websocket, ctx)
-        live = exec_sessions.check_attach(ctx.exec_hub.find(session_id), agent, session_id)
+        live = exec_sessions.check_attach(hub.find(session_id), agent, session_id)
     except ApiError as exc:
         await refuse(websocket, exc)
         return
@@ -173,13 +181,13 @@ def parse_request(params: QueryParams) -> ExecRequest:
     """The query of ``WS /api/v1/jobs/{job}/exec``; 422 naming the parameter otherwise."""
     argv = params.getlist("cmd") or list(DEFAULT_EXEC_ARGV)
     if not argv[0] or len(argv) > MAX_ARGS:
-        raise _invalid("cmd", f"give a command (1 to {MAX_ARGS} `cmd` parameters, the first "
+        raise invalid_param("cmd", f"give a command (1 to {MAX_ARGS} `cmd` parameters, the first "
                        "not empty), or none for a shell")  # fmt: skip
     tty = params.get("tty", "false").lower()
     if tty not in TRUE + FALSE:
-        raise _invalid("tty", f"expected true or false, got {tty!r}")
+        raise invalid_param("tty", f"expected true or false, got {tty!r}")
     return ExecRequest(
-        task=_task(params.get("task")),
+        task=task_param(params.get("task")),
         argv=argv,
         tty=tty in TRUE,
         cols=_size(params, "cols", 80),
@@ -187,12 +195,12 @@ def parse_request(params: QueryParams) -> ExecRequest:
     )
 
 
-def _task(text: str | None) -> tuple[str, int] | None:
+def task_param(text: str | None) -> tuple[str, int] | None:
     if text is None or text == "":
         return None
     role, _, index = text.partition("/")
     if not role or not (index or "0").isdigit():
-        raise _invalid("task", f"expected ROLE/INDEX (e.g. worker/0), got {text!r}")
+        raise invalid_param("task", f"expected ROLE/INDEX (e.g. worker/0), got {text!r}")
     return role, int(index or 0)
 
 
@@ -201,11 +209,11 @@ def _size(params: QueryParams, name: str, default: int) -> int:
     if text is None:
         return default
     if not text.isdigit() or not 1 <= int(text) <= 1000:
-        raise _invalid(name, f"expected a number from 1 to 1000, got {text!r}")
+        raise invalid_param(name, f"expected a number from 1 to 1000, got {text!r}")
     return int(text)
 
 
-def _invalid(name: str, message: str) -> ApiError:
+def invalid_param(name: str, message: str) -> ApiError:
     return ApiError(422, "InvalidParametersError", f"{name}: {message}", [
         {"path": name, "message": message}])  # fmt: skip
 
