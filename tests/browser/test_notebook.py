@@ -69,8 +69,16 @@ def _run_a_cell(lab: object) -> None:
     editor.type("1+1")
     # the kernel is up when the toolbar's status says so; then run the cell
     lab.locator(".jp-NotebookPanel [data-status=idle]").first.wait_for(timeout=STARTED_MS)
-    editor.press("Shift+Enter")
     output = lab.locator(".jp-NotebookPanel .jp-OutputArea-output").first
+    prompt = lab.locator(".jp-NotebookPanel .jp-Cell .jp-InputPrompt").first
+    for _ in range(3):  # as a user would: JupyterLab may report idle before the kernel is
+        editor.click()  # attached to the notebook, and then a run does nothing; run it again
+        editor.press("Shift+Enter")
+        try:
+            expect(prompt).not_to_have_text("[ ]:", timeout=20_000)
+            break
+        except AssertionError:
+            continue
     expect(output).to_have_text("2", timeout=STARTED_MS)
 
 

@@ -44,6 +44,9 @@ while True:
 FOREIGN = """\
 import socket, sys
 server = socket.socket()
+# as most servers do: a connection another test's task closed on this port (TIME_WAIT) does not
+# keep it from listening there
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("0.0.0.0", int(sys.argv[1])))
 server.listen()
 print("ready", flush=True)

@@ -131,12 +131,22 @@ def _gpu_devices(root: Path) -> dict[int, Path]:
     return devices
 
 
-def _victim_process(uid: int) -> psutil.Process:
+def _victim_process(uid: int, marker: str) -> psutil.Process:
+    """This test's victim: Alice's uid is the same in every rack (her number in each store), so
+    the victim of the test beside it (the other runtime, another pytest worker) is told apart by
+    the ``SECRET_TOKEN`` in its environment."""
+    wanted = f"SECRET_TOKEN={marker}".encode()
     for process in psutil.process_iter(["uids", "cmdline"]):
         uids, cmdline = process.info["uids"], process.info["cmdline"] or []
-        if uids is not None and uids.real == uid and any("victim.py" in a for a in cmdline):
-            return process
-    raise AssertionError(f"no victim process of uid {uid}")
+        if uids is None or uids.real != uid or not any("victim.py" in a for a in cmdline):
+            continue
+        try:
+            with open(f"/proc/{process.pid}/environ", "rb") as handle:
+                if wanted in handle.read().split(b"\0"):
+                    return process
+        except OSError:
+            continue
+    raise AssertionError(f"no victim process of uid {uid} with SECRET_TOKEN={marker}")
 
 
 def _gpus_of(rack: Rack, env: dict[str, str], job_id: str) -> list[int]:
@@ -178,7 +188,8 @@ def test_a_hostile_job_is_refused_everything_and_changes_nothing(
     code.mkdir()
     (code / "victim.py").write_text(VICTIM_PY)
     python = "python3" if runtime == "container" else "/usr/bin/python3"  # any uid runs it
-    fields = {"code": code, "runtime": runtime, "secret": SECRET, "image": image, "python": python}
+    marker = f"{SECRET}-{runtime}"  # the victim's SECRET_TOKEN: tells this test's victim apart
+    fields = {"code": code, "runtime": runtime, "secret": marker, "image": image, "python": python}
     victim_id = _submit(rack, alice, tmp_path / "v.yaml", VICTIM.format(name="victim",
                         seconds=600, **fields))  # fmt: skip
     rack.wait_for(
@@ -187,7 +198,7 @@ def test_a_hostile_job_is_refused_everything_and_changes_nothing(
     alice_uid = int(
         _shoal(rack, alice, "job", "logs", victim_id).split("victim uid ")[1].split()[0]
     )
-    victim = _victim_process(alice_uid)
+    victim = _victim_process(alice_uid, marker)
 
     home = rack.agent_home("n1")
     task_root = Path(rack.env.get("SHOAL_TASK_ROOT") or default_task_root())
