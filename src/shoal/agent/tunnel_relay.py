@@ -83,10 +83,6 @@ class TunnelRelays:
             with self._lock:
                 self._tunnels.pop(tunnel.order.session_id, None)
 
-    def running(self) -> list[str]:
-        with self._lock:
-            return list(self._tunnels)
-
     def stop_all(self) -> None:
         """End every tunnel (the agent's shutdown)."""
         with self._lock:
