@@ -12,6 +12,7 @@ from shoal import __version__
 from shoal.cli import (
     admin_commands,
     agent_commands,
+    cloud_commands,
     cluster_commands,
     cluster_ssh_commands,
     job_remote,
@@ -75,6 +76,7 @@ app.add_typer(kubernetes_commands.kubernetes_app, name="kubernetes")
 app.add_typer(admin_commands.admin_app, name="admin")
 assert job_remote  # registers `job submit|stop`
 assert job_views  # registers `job list|status|describe|why|events`
+app.add_typer(cloud_commands.cloud_app, name="cloud")
 assert log_commands  # registers `job logs`
 
 
