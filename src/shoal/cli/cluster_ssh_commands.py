@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from shoal.bootstrap.hosts import HostOutcome
 
 cluster_app = typer.Typer(
-    help="Bootstrap a cluster over SSH from a cluster file: template, create, status, delete.",
+    help="Bootstrap a cluster over SSH from a cluster file (template, create, status, "
+    "delete); cloud node pools (pools, scale).",
     no_args_is_help=True,
 )
 FILE_ARGUMENT = typer.Argument(..., help="The cluster file (`shoal cluster template` shows one).")

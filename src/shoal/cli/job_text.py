@@ -235,11 +235,13 @@ def waiting_lines(detail: Job, why: Job | None) -> list[str]:
 
 
 def _why_details(why: Job) -> list[str]:
-    lines = []
+    lines = [f"  {line}" for line in why.get("pools") or []]  # docs/cloud.md
     if why.get("preempting"):
         preempting = refs(why["preempting"], why.get("preemptingDetails"))
         lines.append(f"  being made room for by preempting: {preempting}")
-    if why.get("blockers") is None and why.get("state") == "WAITING":
+    if why.get("pools"):
+        pass  # a pool grows for it: "would not fit on an idle cluster" is not the story
+    elif why.get("blockers") is None and why.get("state") == "WAITING":
         lines.append("  it would not fit even on an idle cluster")
     elif why.get("blockers"):
         blockers = refs(why["blockers"], why.get("blockerDetails"))

@@ -21,6 +21,7 @@ from shoal.cli import (
     log_commands,
     node_join_commands,
     node_show_command,
+    pool_commands,
     run_command,
     server_commands,
     sim_command,
@@ -60,6 +61,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(image_app, name="image")
 app.add_typer(cluster_ssh_commands.cluster_app, name="cluster")
+pool_commands.register(cluster_ssh_commands.cluster_app)
 app.command()(login)
 app.command()(logout)
 app.command()(whoami)
@@ -74,9 +76,9 @@ app.add_typer(server_commands.server_app, name="server")
 app.add_typer(agent_commands.agent_app, name="agent")
 app.add_typer(kubernetes_commands.kubernetes_app, name="kubernetes")
 app.add_typer(admin_commands.admin_app, name="admin")
+app.add_typer(cloud_commands.cloud_app, name="cloud")
 assert job_remote  # registers `job submit|stop`
 assert job_views  # registers `job list|status|describe|why|events`
-app.add_typer(cloud_commands.cloud_app, name="cloud")
 assert log_commands  # registers `job logs`
 
 

@@ -24,7 +24,7 @@ from shoal.cli.kubernetes_commands import (
     start_barrier_option,
 )
 from shoal.cli.kubernetes_commands import options as k8s_options
-from shoal.cli.render import console
+from shoal.cli.render import console, print_problems
 from shoal.paths import DEFAULT_PORT, default_home
 
 # shoal.server is imported inside the commands only (tests/cli/test_cli_imports.py).
@@ -217,6 +217,17 @@ def start(
         max=65535,
         help="The task proxy's own port (docs/proxy.md): default --port + 1; 0: any free one.",
     ),
+    cloud: Path | None = typer.Option(
+        None,
+        "--cloud",
+        help="A cloud file: node pools that grow with the queue and shrink when idle "
+        "(docs/cloud.md).",
+    ),
+    cloud_join_url: str | None = typer.Option(
+        None,
+        "--cloud-join-url",
+        help="With --cloud: the URL new machines join (default: this server's --host and --port).",
+    ),
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off.
@@ -247,6 +258,7 @@ def start(
             f"--proxy-port {proxy_port}: port {proxy_port} on {host} is in use; pick another "
             "with --proxy-port (0: any free one)"
         )
+    cloud = _checked_cloud_file(cloud, cloud_join_url)
     k8s_argv = None
     if kubernetes:
         args = KubernetesArgs(
@@ -277,6 +289,8 @@ def start(
         kubeconfig=k8s_kubeconfig(kubeconfig),
         kubernetes_namespace=namespace,
         proxy_port=proxy_port,
+        cloud_file=cloud,
+        cloud_join_url=cloud_join_url,
     )
     settings = _with_limits(
         settings,
@@ -336,3 +350,23 @@ def install_service(
         note(f"{home} has no CA yet: run `shoal server init --home {home} --host {host}` first")
     unit = server_unit(home, host, port, node_timeout, kill_grace)
     install(unit, output, print_unit, "server")
+
+
+def _checked_cloud_file(path: Path | None, join_url: str | None) -> Path | None:
+    """The cloud file, read now so that its problems are said before the server starts."""
+    if path is None:
+        if join_url is not None:
+            raise fail("--cloud-join-url goes with --cloud")
+        return None
+    from shoal.cloud.pools import load_cloud
+    from shoal.spec.errors import SpecError
+
+    path = path.expanduser().resolve()
+    try:
+        config = load_cloud(path)
+    except SpecError as exc:
+        print_problems(str(path), exc.problems)
+        raise typer.Exit(1) from None
+    pools = ", ".join(f"{p.name} ({p.min_nodes}-{p.max_nodes})" for p in config.pools)
+    console.print(f"cloud pools of {config.cluster}: {pools or 'none'}", markup=False)
+    return path

@@ -34,6 +34,19 @@ class ClusterAdminCalls:
         result: dict[str, Any] = self._call("DELETE", f"/api/v1/nodes/{name}", params=params)
         return result
 
+    # ---- cloud node pools (docs/cloud.md) ----
+
+    def pools(self) -> list[dict[str, Any]]:
+        """The pools with their machines, node-hours and cost."""
+        result: list[dict[str, Any]] = self._call("GET", "/api/v1/pools")
+        return result
+
+    def scale_pool(self, name: str, target: int | None) -> dict[str, Any]:
+        """Set a pool's size (admins); ``None``: back to the cloud file's min and max."""
+        body = {"target": target}
+        result: dict[str, Any] = self._call("PUT", f"/api/v1/pools/{name}/target", json=body)
+        return result
+
     # ---- the cluster's CA (a server on the network; docs/cluster.md, "Rotating the CA") ----
 
     def ca_status(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -55,6 +56,7 @@ from shoal.server.routers import (
 from shoal.server.routers import audit as audit_routes
 from shoal.server.routers import exec as exec_routes
 from shoal.server.routers import logs as log_routes
+from shoal.server.routers import pools as pool_routes
 from shoal.server.scheduler_process import SchedulerProcess
 from shoal.server.services import audit, idle_jobs
 from shoal.server.services.agents import restart_node_clocks
@@ -116,8 +118,11 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
             restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         culler = asyncio.ensure_future(stop_idle_jobs(ctx))  # docs/notebooks.md
+        scaler = start_autoscaler(ctx) if run_scheduler else None  # docs/cloud.md
         yield
         culler.cancel()
+        if scaler is not None:
+            await run_in_threadpool(scaler.stop)
         await app.state.http_forwarder.aclose()
         watch = getattr(app.state, "change_watch", None)
         if watch is not None:
@@ -194,6 +199,17 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
     return app
 
 
+def start_autoscaler(ctx: ServerContext) -> Any:
+    """The cloud pools' autoscaler, when the server has a cloud file (docs/cloud.md); servers
+    without one never import the cloud code."""
+    if ctx.settings.cloud_file is None:
+        return None
+    from shoal.cloud.pools import load_cloud  # noqa: PLC0415
+    from shoal.server.autoscaling.autoscaler import Autoscaler  # noqa: PLC0415
+
+    return Autoscaler.start_for(ctx, load_cloud(ctx.settings.cloud_file))
+
+
 async def stop_idle_jobs(ctx: ServerContext) -> None:
     """Every ``idle_sweep_s``: interactive jobs idle past their VC's timeout are warned, then
     stopped (``services.idle_jobs``). A failed sweep is logged; the next one comes."""
@@ -211,6 +227,7 @@ def _include_routers(app: FastAPI) -> None:
         jobs.router,
         system.router,
         nodes.router,
+        pool_routes.router,
         log_routes.router,
         agent.router,
         attempt_files.router,

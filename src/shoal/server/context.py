@@ -53,6 +53,8 @@ class ServerContext:
     # (services/idle_jobs.py); in memory: a restarted server counts from its start
     proxy_activity: dict[str, float] = field(default_factory=dict)
     idle_warned: set[str] = field(default_factory=set)
+    # The cloud pools' autoscaler (server/autoscaling; None: no cloud file): what jobs wait for
+    autoscaler: Any = None
     started_at: float = field(default_factory=time.time)
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)

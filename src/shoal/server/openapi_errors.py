@@ -94,6 +94,8 @@ REFUSALS: dict[str, tuple[int, ...]] = {
     "POST /api/v1/jobs/{job}/release": (400, 403, 404, 409),  # 409: nothing held
     "GET /api/v1/jobs/{job}/shares": _JOB,
     "PUT /api/v1/jobs/{job}/shares": _JOB,  # unknown users and groups: the validation status
+    "GET /api/v1/pools": (409,),  # a server without a cloud file (docs/cloud.md)
+    "PUT /api/v1/pools/{name}/target": (400, 403, 404, 409),  # above max; admins; no pool
     "GET /api/v1/jobs/{job}/ssh": (*_JOB, 409),  # 409: no ssh plugin, not placed
     "GET /api/v1/jobs/{job}/ssh/private-key": (*_JOB, 409),
     "GET /api/v1/ssh-keys": (400, 403, 404),  # ?user= another's: admins only; no such user

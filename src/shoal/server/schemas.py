@@ -147,6 +147,10 @@ class PendingDetail(BaseModel):
         None, description="The blockers with their user, name and GPUs (null as for blockers)."
     )
     preemptingDetails: list[BlockerOut] = Field(default_factory=list)
+    pools: list[str] = Field(
+        default_factory=list,
+        description="What it waits for from the cloud pools (docs/cloud.md), in words.",
+    )
 
 
 class TaskOut(BaseModel):
@@ -454,3 +458,41 @@ class JobSource(BaseModel):
     format: str
     text: str
     virtualCluster: str
+
+
+class PoolInstanceOut(BaseModel):
+    """A machine of a cloud pool (docs/cloud.md)."""
+
+    node: str
+    requestId: str
+    phase: str = Field(description="launching, joined, draining or terminating.")
+    offer: str | None = Field(description="region/zone/type[/spot]; null: not started yet.")
+    address: str | None
+    spot: bool
+    pricePerHour: float
+    launchedAt: float
+    joinedAt: float | None
+    idleSince: float | None
+    lastError: str | None
+
+
+class PoolOut(BaseModel):
+    name: str
+    provider: str
+    min: int
+    max: int
+    target: int | None = Field(description="Set by `shoal cluster scale`; null: min and max rule.")
+    size: int = Field(description="Machines launching, joined or draining.")
+    idleTimeoutS: int
+    joinTimeoutS: int
+    pricePerHour: float | None = Field(description="The cheapest offer's; null: no offer.")
+    offerError: str | None = Field(description="Why the last ask for offers failed, if it did.")
+    nodeHours: float = Field(description="Machine-hours of the pool since it was first used.")
+    cost: float = Field(description="Those hours at each machine's offer price.")
+    machines: list[PoolInstanceOut]
+
+
+class PoolTargetIn(BaseModel):
+    target: int | None = Field(
+        ge=0, description="The pool's size from now on (held as its min); null: the file's min."
+    )

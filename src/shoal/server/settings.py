@@ -93,6 +93,21 @@ def idle_sweep_from_env() -> float:
     return value
 
 
+AUTOSCALE_ENV = "SHOAL_AUTOSCALE_S"
+
+
+def autoscale_interval_from_env() -> float:
+    """$SHOAL_AUTOSCALE_S, or 10 s; anything but a positive number is an error naming it."""
+    text = os.environ.get(AUTOSCALE_ENV, "").strip()
+    try:
+        value = float(text) if text else 10.0
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"${AUTOSCALE_ENV}={text!r}: must be a positive number of seconds")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     home: Path
@@ -144,6 +159,13 @@ class ServerSettings:
     # How often interactive jobs are checked against their VC's idle timeout (docs/notebooks.md):
     # 30 s, unless $SHOAL_IDLE_SWEEP_S says otherwise (tests check every second).
     idle_sweep_s: float = field(default_factory=idle_sweep_from_env)
+    # Cloud node pools (docs/cloud.md): the cloud file (None: no pools), how often the
+    # autoscaler looks ($SHOAL_AUTOSCALE_S, 10 s), the URL new machines join (None: ``url``),
+    # and how long an offer refused for quota, or whose machine never joined, is not tried.
+    cloud_file: Path | None = None
+    autoscale_interval_s: float = field(default_factory=autoscale_interval_from_env)
+    cloud_join_url: str | None = None
+    offer_block_s: float = 600.0
 
     @property
     def heartbeat_write_s(self) -> float:

@@ -430,3 +430,53 @@ class SshKeyRow(Base):
     public_key: Mapped[str] = mapped_column(Text)  # one line, as OpenSSH writes it
     fingerprint: Mapped[str] = mapped_column(String(64))  # SHA256:base64, as ssh-keygen -l says
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class CloudInstanceRow(Base):
+    """A machine a pool asked a provider for (migration 0029; docs/cloud.md). Written before the
+    provider is asked; ``ended_at`` set once it is gone; kept for node-hours and cost."""
+
+    __tablename__ = "cloud_instances"
+    __table_args__ = (
+        Index("ix_cloud_instances_pool", "pool", "ended_at"),
+        Index("ix_cloud_instances_node", "node"),
+    )
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(32))
+    provider: Mapped[str] = mapped_column(String(32))
+    node: Mapped[str] = mapped_column(String(128))  # the name its agent joins as
+    phase: Mapped[str] = mapped_column(String(16))  # shoal.core.autoscale.Phase, or "ended"
+    offer_key: Mapped[str | None] = mapped_column(String(160), nullable=True)
+    instance_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    price_per_hour: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    spot: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    launched_at: Mapped[float] = mapped_column(Float)
+    joined_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    removal_cause: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class CloudOfferBlockRow(Base):
+    """An offer not to try until ``until`` (``provider:offer key``): quota refused, or a
+    machine of it never joined."""
+
+    __tablename__ = "cloud_offer_blocks"
+
+    offer: Mapped[str] = mapped_column(String(200), primary_key=True)
+    until: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text)
+
+
+class CloudPoolTargetRow(Base):
+    """A pool's size set by `shoal cluster scale POOL N`: held as the pool's minimum."""
+
+    __tablename__ = "cloud_pool_targets"
+
+    pool: Mapped[str] = mapped_column(String(32), primary_key=True)
+    target: Mapped[int] = mapped_column(Integer)
+    set_by: Mapped[str] = mapped_column(String(64))
+    set_at: Mapped[float] = mapped_column(Float)

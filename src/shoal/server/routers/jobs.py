@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, defer
 from shoal.core.arrays import held_at_submission
 from shoal.core.states import State
 from shoal.core.why import blocking_jobs
+from shoal.server.autoscaling.views import waiting_lines
 from shoal.server.context import ApiError
 from shoal.server.deps import Caller, Context
 from shoal.server.limits import SQL_INT_MAX
@@ -247,6 +248,7 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
             preempting=preempting,
             blockerDetails=None if blockers is None else job_refs(session, blockers, held),
             preemptingDetails=job_refs(session, preempting, held),
+            pools=waiting_lines(ctx, found.id),
         )
 
 

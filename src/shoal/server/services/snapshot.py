@@ -107,6 +107,18 @@ def _request(job_id: str, spec: JobSpec, meta: Any) -> JobRequest:
     )
 
 
+def holding_allocations(session: Session) -> tuple[TaskAllocation, ...]:
+    """What every task that holds resources holds (running, starting or stopping)."""
+    cut = len(_TASK_COLUMNS)
+    rows = session.connection().execute(_HOLDING)
+    return tuple(allocation(row, row[cut:]) for row in rows)
+
+
+def request_for(job: Job) -> JobRequest:
+    """The scheduler's view of one stored job (its spec parsed once per session)."""
+    return _request(job.id, spec_of(job), job)
+
+
 def load_snapshot(
     ctx: ServerContext, session: Session, queue_only: bool = False
 ) -> tuple[ClusterSnapshot, dict[str, int]]:
