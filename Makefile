@@ -39,7 +39,7 @@ $(RUN_STAMP): pyproject.toml
 
 # The lint, type-check and test tools, and matplotlib for `shoal sim --report`, on top.
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,cluster,kubernetes]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster,kubernetes,azure]'
 	touch $(STAMP)
 
 setup-runtime: $(RUN_STAMP)
