@@ -44,6 +44,7 @@ from shoal.agent.metrics import NodeSampler
 from shoal.agent.renewal import CertificateRenewer
 from shoal.agent.resources import NodeSpec, open_nvml
 from shoal.agent.runner import Runner, default_runtimes
+from shoal.agent.scheduled_events import ScheduledEvents
 from shoal.agent.shipper import LogShipper
 from shoal.agent.task_users import TaskUsers
 from shoal.agent.tunnel_relay import TunnelRelays
@@ -119,6 +120,8 @@ class Agent:
         self.metrics = NodeSampler(self.runner.live_usage, open_nvml())  # sent with reports
         self.exec_relays = ExecRelays(self.runner, connection)  # `shoal job exec`, terminals
         self.tunnel_relays = TunnelRelays(self.runner, connection)  # port-forward, ssh, proxy
+        # a cloud machine's preemption notices (docs/cloud.md), when the bootstrap says where
+        self.events = ScheduledEvents.from_env([n.name for n in nodes])
         # a joined node's certificate, renewed before it expires (agent/renewal.py)
         self.renewer = (
             None
@@ -202,6 +205,8 @@ class Agent:
             thread.start()
         if self.renewer is not None:
             self.renewer.start()
+        if self.events is not None:
+            self.events.start()
 
     def _lock_home(self) -> None:
         """Hold ``HOME/agent.lock`` for this process's life: two agents on one home would both
@@ -241,6 +246,8 @@ class Agent:
         self.report_now.set()
         if self.renewer is not None:
             self.renewer.stop()
+        if self.events is not None:
+            self.events.stop()
         for thread in self._threads:
             thread.join(timeout=0.5)  # the order taker may sit in a long poll: it is a daemon
 
@@ -402,6 +409,7 @@ class Agent:
                 labels=n.labels,
                 unsupported=unsupported,
                 metrics=metrics.get(n.name),
+                preemption=None if self.events is None else self.events.notice,
             )
             for n in self.nodes
         ]

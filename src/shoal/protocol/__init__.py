@@ -193,6 +193,14 @@ class NodeMetrics(BaseModel):
     gpus: list[GpuMetrics] = Field(default_factory=list, description="Empty: no NVML here.")
 
 
+class PreemptionNotice(BaseModel):
+    """The machine's cloud said it will take the machine back (Azure Scheduled Events'
+    ``Preempt``; docs/cloud.md): the server drains the node and requeues its jobs."""
+
+    event_id: str
+    not_before: float | None = Field(None, description="When, at the earliest (epoch seconds).")
+
+
 class AgentNode(BaseModel):
     name: str
     address: str
@@ -216,6 +224,9 @@ class AgentNode(BaseModel):
         "'memory', 'cpu', 'pids', 'shm'. None: an agent that does not say (keep those stored).",
     )
     metrics: NodeMetrics | None = Field(None, description="None: an agent that does not sample.")
+    preemption: PreemptionNotice | None = Field(
+        None, description="A notice that the machine's cloud will preempt it."
+    )
     ready: bool = Field(
         True,
         description="False: the platform running the node says it is not ready (a Kubernetes "

@@ -55,6 +55,7 @@ class ServerContext:
     idle_warned: set[str] = field(default_factory=set)
     # The cloud pools' autoscaler (server/autoscaling; None: no cloud file): what jobs wait for
     autoscaler: Any = None
+    preemption_notices: dict[str, str] = field(default_factory=dict)  # node -> event acted on
     started_at: float = field(default_factory=time.time)
     requests: dict[tuple[str, int], JobRequest] = field(default_factory=dict)
     seen_attempts: set[str] = field(default_factory=set)

@@ -189,8 +189,8 @@ def settle_job(session: Session, job: Job, now: float, task: Task | None = None)
             job.id,
             now,
             "requeued",
-            f"back in the queue after preemption for job {job.preempted_by}; it keeps "
-            "its submission time, so its place",
+            f"back in the queue after {_preempted_for(job.preempted_by)}; it keeps its "
+            "submission time, so its place",
         )
         job.preempted_by = None
     elif job.completing == RETRY:
@@ -213,6 +213,12 @@ def settle_job(session: Session, job: Job, now: float, task: Task | None = None)
         record(session, job.id, now, "stopped", f"every task has stopped: {job.diagnostics}")
     if State(job.state).is_terminal:  # and every task has exited: an array may go on
         element_ended(session, job, now)
+
+
+def _preempted_for(by: str | None) -> str:
+    if by is not None and by.startswith("node:"):  # services/preemption_notices.py
+        return f"its node {by.removeprefix('node:')} was preempted by its cloud"
+    return f"preemption for job {by}"
 
 
 def _requeue(session: Session, job: Job, cause: RetryCause, now: float) -> None:

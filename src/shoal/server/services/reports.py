@@ -31,6 +31,7 @@ from shoal.server.services.events import record
 from shoal.server.services.lifecycle import on_exit, on_started
 from shoal.server.services.node_life import change_node, note_drained, record_node_event
 from shoal.server.services.port_clash import mark_port_clash
+from shoal.server.services.preemption_notices import is_new, note_preemption
 from shoal.store.models import Job, Node, SchedChange, Task
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
@@ -172,6 +173,8 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
         held = session.scalars(_NODES, {"nodes": [n.name for n in request.nodes]}).all()
         for node in request.nodes:
             changed |= _upsert_node(session, request, node, now, refresh_s)
+            if node.preemption is not None:  # its cloud takes the machine back (docs/cloud.md)
+                changed |= note_preemption(ctx, session, node.name, node.preemption, now)
         del held  # (held until here: the session keeps only weak references)
         for gone in left_the_cluster(session, request):
             change_node(session, gone, NodeEvent.PLATFORM_NOT_READY, now, why=NOT_LISTED)
@@ -264,6 +267,8 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
     """If the report changes nothing worth a write (heartbeats are written every few seconds),
     the attempts to kill; else None."""
     if request.exited:
+        return None
+    if any(is_new(ctx, n.name, n.preemption) for n in request.nodes):
         return None
     every = ctx.settings.heartbeat_write_s
     with ctx.db.read() as session:
