@@ -67,13 +67,13 @@ def make_provider(arm: Any) -> Iterator[Callable[..., Any]]:
             image="Canonical:ubuntu-24_04-lts:server:latest",
             endpoint=arm.url,
             removal=removal,  # type: ignore[arg-type]
+            prices=PRICES,
+            spot_prices=SPOT_PRICES,
         )
         provider = AzureProvider(
             section,
             name="az",
             credential=FakeCredential(token) if token else FakeCredential(),
-            prices=PRICES,
-            spot_prices=SPOT_PRICES,
             connection_verify=str(arm.ca_file),
             polling_interval_s=0.05,
             retry_total=retry_total,
@@ -292,20 +292,25 @@ def test_throttling_is_retried_after_the_delay_arm_asked_for(
     assert provider.list_instances("lab")[0].state is InstanceState.RUNNING
 
 
-def test_throttling_past_the_retries_is_transient_with_retry_after(
+def test_a_long_retry_after_or_spent_retries_are_transient_errors(
     make_provider: Callable[..., Any], arm: Any
 ) -> None:
-    provider = make_provider(retry_total=0)
-    arm.inject("GET", "/virtualMachines", 429, "TooManyRequests", retry_after=7)
+    provider = make_provider(retry_total=3)
+    arm.inject("GET", "/virtualMachines", 429, "TooManyRequests", retry_after=30)
+    started = time.monotonic()
     with pytest.raises(ProviderError) as raised:
         provider.list_instances("lab")
+    assert time.monotonic() - started < 5, "a 30 s wait is the caller's, not a blocked thread's"
     assert raised.value.kind is ErrorKind.TRANSIENT
-    assert raised.value.retry_after_s == 7
+    assert raised.value.retry_after_s == 30
     assert "TooManyRequests" in raised.value.message
+
+    no_retries = make_provider(retry_total=0)
     arm.inject("GET", "/virtualMachines", 503, "ServiceUnavailable")
     with pytest.raises(ProviderError) as unavailable:
-        provider.list_instances("lab")
+        no_retries.list_instances("lab")
     assert unavailable.value.kind is ErrorKind.TRANSIENT
+    assert "ServiceUnavailable" in unavailable.value.message
 
 
 @pytest.mark.parametrize(

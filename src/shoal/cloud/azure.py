@@ -85,6 +85,22 @@ def _throwaway_ssh_key() -> str:
         return _throwaway_key[0]
 
 
+def _retry_policy(total: int, max_wait_s: float) -> Any:
+    """azure-core's retries (429, 5xx, timeouts; ``Retry-After`` honoured), except that a wait
+    longer than ``max_wait_s`` ends the call: a transient ``ProviderError`` with its
+    ``retry_after_s``, so the autoscaler waits rather than a blocked thread."""
+    from azure.core.pipeline.policies import RetryPolicy
+
+    class CappedRetryPolicy(RetryPolicy):  # type: ignore[misc]
+        def is_retry(self, settings: dict[str, Any], response: Any) -> bool:
+            wait = self.get_retry_after(response)
+            if wait is not None and wait > max_wait_s:
+                return False
+            return bool(super().is_retry(settings, response))
+
+    return CappedRetryPolicy(retry_total=total)
+
+
 class AzureSdkMissing(ProviderError):
     def __init__(self, missing: str) -> None:
         super().__init__(ErrorKind.AUTH, f"{INSTALL_HINT} (cannot import {missing})")
@@ -124,6 +140,7 @@ class AzureProvider:
         connection_verify: bool | str = True,
         polling_interval_s: float = 15.0,
         retry_total: int = 5,
+        max_retry_after_s: float = 10.0,
         sku_cache_s: float = 600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -140,8 +157,8 @@ class AzureProvider:
             credential = DefaultAzureCredential()
         self.name = name
         self._section = section
-        self._prices = dict(prices or {})
-        self._spot_prices = dict(spot_prices or {})
+        self._prices = dict(section.prices if prices is None else prices)
+        self._spot_prices = dict(section.spot_prices if spot_prices is None else spot_prices)
         self._sku_cache_s = sku_cache_s
         self._clock = clock
         options: dict[str, Any] = {
@@ -149,7 +166,7 @@ class AzureProvider:
             "credential_scopes": [section.endpoint.rstrip("/") + "/.default"],
             "connection_verify": connection_verify,
             "polling_interval": polling_interval_s,
-            "retry_total": retry_total,
+            "retry_policy": _retry_policy(retry_total, max_retry_after_s),
             "connection_timeout": 20,
             "read_timeout": 120,
         }

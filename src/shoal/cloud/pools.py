@@ -65,6 +65,9 @@ class AzureProviderSection(BaseModel):
     endpoint: str = "https://management.azure.com"
     # what removing a machine does: "delete" (nothing left to bill) or "deallocate" (disks kept)
     removal: Literal["delete", "deallocate"] = "delete"
+    # price per hour of each VM size (pay-as-you-go, and spot): a size without one is not offered
+    prices: dict[str, float] = Field(default_factory=dict)
+    spot_prices: dict[str, float] = Field(default_factory=dict)
 
 
 ProviderSection = Annotated[
