@@ -31,6 +31,7 @@ PUBLIC = {
     # joining: the CA is public (pinned by the token's hash), a join is authenticated by its token
     ("get", "/api/v1/join/ca"),
     ("post", "/api/v1/join"),
+    ("get", "/api/v1/install/{file}"),  # public packages cloud machines install
     ("post", "/api/v1/session"),  # signing in to the dashboard
     ("get", "/api/v1/session"),  # the page asks whether it is signed in (no 401 in its console)
 }

@@ -55,6 +55,7 @@ from shoal.server.routers import (
 )
 from shoal.server.routers import audit as audit_routes
 from shoal.server.routers import exec as exec_routes
+from shoal.server.routers import install as install_routes
 from shoal.server.routers import logs as log_routes
 from shoal.server.routers import pools as pool_routes
 from shoal.server.scheduler_process import SchedulerProcess
@@ -238,6 +239,7 @@ def _include_routers(app: FastAPI) -> None:
         data.router,
         images.router,
         join.router,
+        install_routes.router,
         metrics.router,
         session.router,
         stream.router,

@@ -41,6 +41,7 @@ PUBLIC = {
     "GET /api/v2/authn/oidc/logout",
     "GET /api/v1/join/ca",
     "POST /api/v1/join",
+    "GET /api/v1/install/{file}",  # the packages cloud machines install (docs/cloud.md)
     "POST /api/v1/session",
     "GET /api/v1/session",
 }
@@ -52,6 +53,7 @@ _ADMIN_ON_NAME = (400, 403, 404)
 # What each operation refuses beyond 401 and its validation status, found by reading the routes
 # and by the fuzzer.
 REFUSALS: dict[str, tuple[int, ...]] = {
+    "GET /api/v1/install/{file}": (404,),
     "GET /api/v1/agent/attempts/{attempt_id}/code": (*_AGENT, 404),
     "GET /api/v1/agent/certificate": (*_AGENT, 409),
     "POST /api/v1/agent/certificate": (*_AGENT, 409),
