@@ -30,7 +30,7 @@ from shoal.server.ca import PkiFiles, create_ca, issue_server_certificate, wante
 from shoal.server.context import ServerContext
 from shoal.server.loop import run_cycle
 from shoal.server.settings import ServerSettings
-from shoal.store.models import CloudInstanceRow, CloudOfferBlockRow, JoinTokenRow, Node
+from shoal.store.models import CloudInstanceRow, CloudOfferBlockRow, JoinTokenRow, Node, Task
 
 CLOUD = """
 cluster: t
@@ -314,3 +314,18 @@ def test_scale_refuses_clearly(api, ctx, scaler) -> None:
 def test_a_server_without_pools_says_how_to_get_some(api, ctx) -> None:
     answer = api.get("/api/v1/pools")
     assert answer.status_code == 409 and "--cloud FILE" in answer.json()["message"]
+
+
+def test_usage_charges_each_task_its_share_of_its_pool_machine(api, ctx, scaler, provider) -> None:
+    job = submit_gang(api, ctx)
+    scaler.run_pass()
+    join(ctx, *(r.node for r in rows(ctx)))
+    assert run_cycle(ctx) == 1  # the gang is placed on the two new machines
+    start = ctx.clock()
+    with ctx.db.write() as session:  # as the agent reports them: each ran an hour
+        for task in session.scalars(select(Task).where(Task.job_id == job)):
+            task.started_at, task.finished_at = start, start + 3600
+    usage = api.get("/api/v1/usage", params={"by": "vc"}).json()["rows"]
+    # each task holds 1.5 of 2 cpus and 1 of 2 GiB: three quarters of its machine for an hour
+    assert usage[0]["poolNodeHours"] == pytest.approx(1.5)
+    assert usage[0]["poolCost"] == pytest.approx(0.15)

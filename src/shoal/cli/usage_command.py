@@ -25,8 +25,9 @@ def usage(
     ),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
-    """Jobs, GPU-hours, CPU-hours, elapsed hours and peak memory per user or VC. Non-admins
-    see their own jobs only."""
+    """Jobs, GPU-hours, CPU-hours, elapsed hours and peak memory per user or VC, and, when cloud
+    pools ran their jobs, the pool machine-hours and cost they held. Non-admins see their own
+    jobs only."""
     if since is not None:
         try:
             parse_duration(since, "--since")
@@ -36,18 +37,23 @@ def usage(
     if output is OutputFormat.JSON:
         print_json(report)
         return
+    pools = any(row.get("poolNodeHours") for row in report["rows"])  # cloud pools ran jobs
     table = new_table()
-    for column in (by.value, "jobs", "gpu-hours", "cpu-hours", "elapsed-h", "peak mem"):
+    columns = [by.value, "jobs", "gpu-hours", "cpu-hours", "elapsed-h", "peak mem"]
+    for column in columns + (["pool node-h", "pool cost"] if pools else []):
         table.add_column(column, justify="left" if column == by.value else "right")
     for row in report["rows"]:
-        table.add_row(
+        cells = [
             row["key"],
             str(row["jobs"]),
             _hours(row["gpuHours"]),
             _hours(row["cpuHours"]),
             _hours(row["elapsedHours"]),
             format_mib(row["peakMemoryMiB"]) if row["peakMemoryMiB"] else "-",
-        )
+        ]
+        if pools:
+            cells += [_hours(row["poolNodeHours"]), _hours(row["poolCost"])]
+        table.add_row(*cells)
     console.print(table)
     window = "all time" if since is None else f"jobs active in the last {since}"
     scope = "" if report["scope"] == "everyone" else "; your own jobs only (not an admin)"

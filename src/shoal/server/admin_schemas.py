@@ -163,6 +163,10 @@ class UsageRow(BaseModel):
     cpuHours: float
     elapsedHours: float
     peakMemoryMiB: float
+    poolNodeHours: float = Field(
+        0.0, description="Cloud pool machine-hours its tasks held, by their share (docs/cloud.md)."
+    )
+    poolCost: float = Field(0.0, description="Those hours at the machines' offer prices.")
 
 
 class UsageReport(BaseModel):

@@ -80,6 +80,11 @@ def launch_one(ctx: ServerContext, target: LaunchTarget) -> CloudInstanceRow | N
         with ctx.db.write() as session:
             row = session.merge(row)
             row.offer_key, row.price_per_hour = offer.key, offer.price_per_hour
+            row.cpu_millis, row.memory_mib, row.gpus = (
+                offer.cpu_millis,
+                offer.memory_mib,
+                offer.gpus,
+            )
             row.instance_id, row.address = instance.instance_id, instance.address
             message = (
                 f"launching {offer.instance_type} in {offer.zone} at {offer.price_per_hour:g}/h"

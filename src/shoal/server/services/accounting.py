@@ -20,6 +20,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from shoal.server.admin_schemas import UsageRow
+from shoal.server.autoscaling.costs import charges
 from shoal.server.schemas import Accounting
 from shoal.store.models import Job, Task
 
@@ -165,6 +166,7 @@ def usage(
                 )
             )
     _add(sums, by, job, runs, now)
+    pools = charges(session, by, since_s, now, user)  # what cloud pool machines cost them
     return [
         UsageRow(
             key=key,
@@ -173,6 +175,8 @@ def usage(
             cpuHours=round(row["cpu"], 6),
             elapsedHours=round(row["elapsed"], 6),
             peakMemoryMiB=round(row["mem"], 1),
+            poolNodeHours=round(pools[key].node_hours if key in pools else 0.0, 6),
+            poolCost=round(pools[key].cost if key in pools else 0.0, 6),
         )
         for key, row in sorted(sums.items(), key=lambda item: (-item[1]["gpu"], item[0]))
     ]
