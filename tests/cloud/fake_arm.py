@@ -12,14 +12,15 @@ data, the NIC the VM names). What it finds wrong is answered as ARM would (400) 
 Faults are injected: ``inject`` answers the next matching requests with an ARM error (429 with
 ``Retry-After``, quota and capacity codes); ``fail_next_creation`` accepts a VM and fails its
 creation midway (``InProgress`` then ``Failed``); ``evict`` takes a spot VM back.
+
+Its TLS and credential are in ``fake_arm_tls.py``; SKUs and the VM body's checks in
+``fake_arm_shapes.py``.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime
-import ipaddress
 import itertools
 import json
 import re
@@ -34,27 +35,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from azure.core.credentials import AccessToken
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tests.cloud.fake_arm_shapes import SHOAL_TAGS, check_vm_body, nic_name
+from tests.cloud.fake_arm_tls import TOKEN, make_certificates
 
-TOKEN = "fake-arm-token"
-SHOAL_TAGS = ("shoal-cluster", "shoal-pool", "shoal-request")
 RG_PATH = re.compile(r"^/subscriptions/([^/]+)/resourceGroups/([^/]+)/providers/([^/]+)/([^/]+)")
-
-
-class FakeCredential:
-    """An azure-core TokenCredential that hands out one static token."""
-
-    def __init__(self, token: str = TOKEN) -> None:
-        self.token = token
-        self.calls = 0
-
-    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
-        self.calls += 1
-        return AccessToken(self.token, int(time.time()) + 3600)
 
 
 @dataclass
@@ -96,109 +80,12 @@ class State:
     operations: dict[str, Operation] = field(default_factory=dict)
 
 
-def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate for 127.0.0.1 it signed: (ca, cert, key)."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake ARM test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), True
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = (directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return paths
-
-
 class ArmError(Exception):
     def __init__(
         self, status: int, code: str, message: str, retry_after: float | None = None
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.retry_after = status, code, message, retry_after
-
-
-def sku(name: str, vcpus: int, memory_gb: float, **extra: Any) -> dict[str, Any]:
-    """A resource SKU as ARM lists it; ``zones``, ``restricted_zones``, ``location_restricted``,
-    ``gpus`` and ``spot`` (LowPriorityCapable) shape it."""
-    location = extra.get("location", "westeurope")
-    capabilities = [
-        {"name": "vCPUs", "value": str(vcpus)},
-        {"name": "MemoryGB", "value": str(memory_gb)},
-        {"name": "LowPriorityCapable", "value": "True" if extra.get("spot", True) else "False"},
-    ]
-    if extra.get("gpus"):
-        capabilities.append({"name": "GPUs", "value": str(extra["gpus"])})
-    restrictions: list[dict[str, Any]] = []
-    if extra.get("restricted_zones"):
-        restrictions.append(
-            {
-                "type": "Zone",
-                "values": [location],
-                "restrictionInfo": {"locations": [location], "zones": extra["restricted_zones"]},
-                "reasonCode": "NotAvailableForSubscription",
-            }
-        )
-    if extra.get("location_restricted"):
-        restrictions.append(
-            {
-                "type": "Location",
-                "values": [location],
-                "restrictionInfo": {"locations": [location]},
-                "reasonCode": "NotAvailableForSubscription",
-            }
-        )
-    return {
-        "resourceType": "virtualMachines",
-        "name": name,
-        "tier": "Standard",
-        "size": name.removeprefix("Standard_"),
-        "locations": [location],
-        "locationInfo": [{"location": location, "zones": extra.get("zones", ["1", "2", "3"])}],
-        "capabilities": capabilities,
-        "restrictions": restrictions,
-    }
 
 
 class FakeArm:
@@ -439,7 +326,7 @@ class FakeArm:
     def _create_vm(self, name: str, body: Any) -> tuple[int, Any, dict[str, str]]:
         if name in self.state.vms:
             return 200, self._vm_view(name, False), {}
-        problems = self._check_vm_body(name, body)
+        problems = check_vm_body(name, body, self.location, self.state.nics)
         if problems:
             self.problems.extend(problems)
             raise ArmError(400, "InvalidParameter", "; ".join(problems))
@@ -489,40 +376,6 @@ class FakeArm:
             {"Azure-AsyncOperation": headers["Azure-AsyncOperation"]},
         )
 
-    def _check_vm_body(self, name: str, body: Any) -> list[str]:
-        where = f"VM {name}"
-        if not isinstance(body, dict) or not isinstance(body.get("properties"), dict):
-            return [f"{where}: no properties"]
-        problems = []
-        props = body["properties"]
-        tags = body.get("tags") or {}
-        problems += [f"{where}: tag {t} missing" for t in SHOAL_TAGS if not tags.get(t)]
-        if body.get("location") != self.location:
-            problems.append(f"{where}: location {body.get('location')!r}, not {self.location!r}")
-        if not props.get("hardwareProfile", {}).get("vmSize"):
-            problems.append(f"{where}: no hardwareProfile.vmSize")
-        os_disk = props.get("storageProfile", {}).get("osDisk", {})
-        if os_disk.get("deleteOption") != "Delete":
-            problems.append(f"{where}: the OS disk would outlive the VM (deleteOption)")
-        os_profile = props.get("osProfile", {})
-        try:
-            base64.b64decode(os_profile.get("customData", ""), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            problems.append(f"{where}: osProfile.customData is not base64")
-        if not os_profile.get("customData") or not os_profile.get("adminUsername"):
-            problems.append(f"{where}: osProfile needs customData and adminUsername")
-        nics = props.get("networkProfile", {}).get("networkInterfaces", [])
-        if len(nics) != 1 or self._nic_name(nics[0].get("id", "")) not in self.state.nics:
-            problems.append(f"{where}: networkProfile must name one existing NIC, got {nics}")
-        elif nics[0].get("properties", {}).get("deleteOption") != "Delete":
-            problems.append(f"{where}: the NIC would outlive the VM (deleteOption)")
-        if props.get("priority") == "Spot":
-            if props.get("evictionPolicy") not in ("Deallocate", "Delete"):
-                problems.append(f"{where}: Spot needs evictionPolicy Deallocate or Delete")
-            if props.get("billingProfile", {}).get("maxPrice") != -1:
-                problems.append(f"{where}: Spot needs billingProfile.maxPrice -1")
-        return problems
-
     def _vm_view(self, name: str, expand: bool) -> dict[str, Any]:
         vm = json.loads(json.dumps(self.state.vms[name]))
         if expand:
@@ -543,7 +396,7 @@ class FakeArm:
         if vm is None:
             return
         for ref in vm["properties"]["networkProfile"]["networkInterfaces"]:
-            nic = self.state.nics.get(self._nic_name(ref["id"]))
+            nic = self.state.nics.get(nic_name(ref["id"]))
             if nic is None:
                 continue
             nic["properties"].pop("virtualMachine", None)
@@ -605,11 +458,8 @@ class FakeArm:
             },
         )
 
-    def _nic_name(self, nic_id: str) -> str:
-        return nic_id.rstrip("/").rsplit("/", 1)[-1]
-
     def _nic_by_id(self, nic_id: str) -> dict[str, Any]:
-        return self.state.nics[self._nic_name(nic_id)]
+        return self.state.nics[nic_name(nic_id)]
 
     def _id(self, kind: str, name: str) -> str:
         group = f"/subscriptions/{self.subscription}/resourceGroups/{self.resource_group}"

@@ -37,7 +37,8 @@ USER_DATA = "#cloud-config\nruncmd:\n  - [shoal, agent, join, --token, t0ken]\n"
 def arm(tmp_path: Path) -> Iterator[Any]:
     pytest.importorskip("azure.mgmt.compute", reason=SKIP_REASON)
     pytest.importorskip("azure.mgmt.network", reason=SKIP_REASON)
-    from tests.cloud.fake_arm import FakeArm, sku  # noqa: PLC0415 - needs the SDK
+    from tests.cloud.fake_arm import FakeArm  # noqa: PLC0415 - needs the SDK
+    from tests.cloud.fake_arm_shapes import sku  # noqa: PLC0415
 
     with FakeArm(tmp_path) as fake:
         fake.skus = [
@@ -53,7 +54,7 @@ def arm(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def make_provider(arm: Any) -> Iterator[Callable[..., Any]]:
     from shoal.cloud.azure import AzureProvider  # noqa: PLC0415
-    from tests.cloud.fake_arm import FakeCredential  # noqa: PLC0415 - needs the SDK
+    from tests.cloud.fake_arm_tls import FakeCredential  # noqa: PLC0415 - needs the SDK
 
     made: list[Any] = []
 

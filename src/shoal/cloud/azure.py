@@ -39,7 +39,9 @@ from shoal.cloud.azure_arm import (
     nic_body,
     nic_name,
     provider_error,
+    retry_policy,
     sku_offers,
+    throwaway_ssh_key,
     vm_body,
     vm_name,
 )
@@ -63,42 +65,6 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = "the Azure provider needs the azure extra: pip install 'shoal[azure]'"
 LIVE = (InstanceState.PENDING, InstanceState.RUNNING)
 GONE = (InstanceState.STOPPING, InstanceState.STOPPED)
-
-
-_throwaway_key: list[str] = []
-_throwaway_lock = threading.Lock()
-
-
-def _throwaway_ssh_key() -> str:
-    """An SSH public key whose private half nobody keeps (nodes are reached through their agent;
-    ARM wants a key or a password for a Linux VM): made once per process."""
-    with _throwaway_lock:
-        if not _throwaway_key:
-            from cryptography.hazmat.primitives import serialization
-            from cryptography.hazmat.primitives.asymmetric import rsa
-
-            key = rsa.generate_private_key(public_exponent=65537, key_size=3072)
-            public = key.public_key().public_bytes(
-                serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-            )
-            _throwaway_key.append(public.decode("ascii"))
-        return _throwaway_key[0]
-
-
-def _retry_policy(total: int, max_wait_s: float) -> Any:
-    """azure-core's retries (429, 5xx, timeouts; ``Retry-After`` honoured), except that a wait
-    longer than ``max_wait_s`` ends the call: a transient ``ProviderError`` with its
-    ``retry_after_s``, so the autoscaler waits rather than a blocked thread."""
-    from azure.core.pipeline.policies import RetryPolicy
-
-    class CappedRetryPolicy(RetryPolicy):  # type: ignore[misc]
-        def is_retry(self, settings: dict[str, Any], response: Any) -> bool:
-            wait = self.get_retry_after(response)
-            if wait is not None and wait > max_wait_s:
-                return False
-            return bool(super().is_retry(settings, response))
-
-    return CappedRetryPolicy(retry_total=total)
 
 
 class AzureSdkMissing(ProviderError):
@@ -166,7 +132,7 @@ class AzureProvider:
             "credential_scopes": [section.endpoint.rstrip("/") + "/.default"],
             "connection_verify": connection_verify,
             "polling_interval": polling_interval_s,
-            "retry_policy": _retry_policy(retry_total, max_retry_after_s),
+            "retry_policy": retry_policy(retry_total, max_retry_after_s),
             "connection_timeout": 20,
             "read_timeout": 120,
         }
@@ -287,7 +253,7 @@ class AzureProvider:
     def _public_key(self) -> str:
         """The admin user's SSH key: the configured one, or one made up and thrown away."""
         if self._ssh_key is None:
-            self._ssh_key = _throwaway_ssh_key()
+            self._ssh_key = throwaway_ssh_key()
         return self._ssh_key
 
     # ------------------------------------------------------------------ terminate

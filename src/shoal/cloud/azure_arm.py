@@ -1,6 +1,7 @@
 """What the Azure provider says to ARM and how it reads the answers, without the SDK's clients:
-resource names from request ids, the NIC and VM bodies, SKUs into offers, power states into
-instance states, and ARM's errors into the provider's one taxonomy (``ErrorKind``).
+resource names from request ids, the NIC and VM bodies (and the SSH key they need), SKUs into
+offers, power states into instance states, ARM's errors into the provider's one taxonomy
+(``ErrorKind``), and how long a throttled call may wait.
 
 Bodies are ARM's JSON (the wire shape the REST reference documents), which every version of the
 SDK accepts; answers are read through the SDK models' flattened attributes (``vm.priority``,
@@ -13,6 +14,7 @@ import base64
 import email.utils
 import hashlib
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -164,6 +166,42 @@ def vm_body(
     if offer.zone:
         body["zones"] = [offer.zone]
     return body
+
+
+_throwaway_key: list[str] = []
+_throwaway_lock = threading.Lock()
+
+
+def throwaway_ssh_key() -> str:
+    """An SSH public key whose private half nobody keeps (nodes are reached through their agent;
+    ARM wants a key or a password for a Linux VM): made once per process."""
+    with _throwaway_lock:
+        if not _throwaway_key:
+            from cryptography.hazmat.primitives import serialization
+            from cryptography.hazmat.primitives.asymmetric import rsa
+
+            key = rsa.generate_private_key(public_exponent=65537, key_size=3072)
+            public = key.public_key().public_bytes(
+                serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+            )
+            _throwaway_key.append(public.decode("ascii"))
+        return _throwaway_key[0]
+
+
+def retry_policy(total: int, max_wait_s: float) -> Any:
+    """azure-core's retries (429, 5xx, timeouts; ``Retry-After`` honoured), except that a wait
+    longer than ``max_wait_s`` ends the call: a transient ``ProviderError`` with its
+    ``retry_after_s``, so the autoscaler waits rather than a blocked thread."""
+    from azure.core.pipeline.policies import RetryPolicy
+
+    class CappedRetryPolicy(RetryPolicy):  # type: ignore[misc]
+        def is_retry(self, settings: dict[str, Any], response: Any) -> bool:
+            wait = self.get_retry_after(response)
+            if wait is not None and wait > max_wait_s:
+                return False
+            return bool(super().is_retry(settings, response))
+
+    return CappedRetryPolicy(retry_total=total)
 
 
 # ----------------------------------------------------------------------------- states
