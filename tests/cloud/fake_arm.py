@@ -69,6 +69,7 @@ class Operation:
     on_end: Callable[[], None]
     error: dict[str, str] | None = None
     ended: bool = False
+    canceled: bool = False  # its resource was deleted before it ended
 
 
 @dataclass
@@ -115,6 +116,7 @@ class FakeArm:
         self.requests: list[Seen] = []
         self.problems: list[str] = []
         self.custom_data: dict[str, str] = {}  # VM name -> its decoded cloud-init script
+        self._creations: dict[str, str] = {}  # VM name -> its creation's operation id
         self._faults: list[Fault] = []
         self._creation_failures: list[tuple[str, str]] = []
         self._lock = threading.RLock()
@@ -264,6 +266,9 @@ class FakeArm:
             op.on_end()
         if route == "operationresults":
             return 200, None, {}
+        if op.canceled:
+            canceled = {"code": "OperationCanceled", "message": "The resource was deleted."}
+            return 200, {"name": op_id, "status": "Canceled", "error": canceled}, {}
         if op.error is not None:
             return 200, {"name": op_id, "status": "Failed", "error": op.error}, {}
         return 200, {"name": op_id, "status": "Succeeded"}, {}
@@ -359,22 +364,22 @@ class FakeArm:
             code, message = self._creation_failures.pop(0)
 
             def failed() -> None:
-                props["provisioningState"] = "Failed"
-                self.state.power.pop(name, None)
+                if self.state.vms.get(name, {}).get("properties") is props:
+                    props["provisioningState"] = "Failed"
+                    self.state.power.pop(name, None)
 
             headers = self._start_operation(failed, error={"code": code, "message": message})
         else:
 
             def succeeded() -> None:
-                props["provisioningState"] = "Succeeded"
-                self.state.power[name] = "PowerState/running"
+                if self.state.vms.get(name, {}).get("properties") is props:
+                    props["provisioningState"] = "Succeeded"
+                    self.state.power[name] = "PowerState/running"
 
             headers = self._start_operation(succeeded)
-        return (
-            201,
-            self._vm_view(name, False),
-            {"Azure-AsyncOperation": headers["Azure-AsyncOperation"]},
-        )
+        status_url = headers["Azure-AsyncOperation"]
+        self._creations[name] = urlsplit(status_url).path.rsplit("/", 1)[1]
+        return 201, self._vm_view(name, False), {"Azure-AsyncOperation": status_url}
 
     def _vm_view(self, name: str, expand: bool) -> dict[str, Any]:
         vm = json.loads(json.dumps(self.state.vms[name]))
@@ -390,6 +395,9 @@ class FakeArm:
         return {"statuses": statuses}
 
     def _delete_vm(self, name: str) -> None:
+        creation = self.state.operations.get(self._creations.pop(name, ""))
+        if creation is not None and not creation.ended:
+            creation.canceled, creation.polls = True, 0
         vm = self.state.vms.pop(name, None)
         self.state.power.pop(name, None)
         self.state.disks.discard(f"{name}-osdisk")

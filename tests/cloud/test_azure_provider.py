@@ -376,3 +376,43 @@ def test_a_creation_that_fails_midway_is_polled_and_its_half_made_vm_removed(
     assert (arm.state.vms, arm.state.nics, arm.state.disks) == ({}, {}, set())
     assert provider.list_instances("lab") == []
     assert provider.poll_errors() == [], "removing the failed VM is not an eviction"
+
+
+def test_a_launch_still_creating_is_found_again_and_can_be_terminated(
+    make_provider: Callable[..., Any], arm: Any
+) -> None:
+    arm.lro_polls = 40  # the creation stays InProgress for about 2 s
+    provider = make_provider()
+    offer = d4(provider)
+    provider.launch(request(offer))
+    again = provider.launch(request(offer))
+    assert again.state is InstanceState.PENDING
+    assert len(arm.requests_to("PUT", "/virtualMachines/")) == 1
+    [creating] = provider.list_instances("lab")
+    assert creating.state is InstanceState.PENDING
+    provider.terminate("req-0001")
+    assert provider.settle(10), "the deletion, and the creation it cancelled, ended"
+    assert (arm.state.vms, arm.state.nics, arm.state.disks) == ({}, {}, set())
+    assert arm.state.power == {}
+    assert provider.poll_errors() == [], "a cancelled creation shoal asked for is no error"
+
+
+def test_the_registry_makes_an_azure_provider_from_its_section(arm: Any) -> None:
+    from shoal.cloud.azure import AzureProvider  # noqa: PLC0415 - needs the SDK
+    from shoal.cloud.registry import make_provider  # noqa: PLC0415
+
+    section = AzureProviderSection(
+        type="azure",
+        subscription_id=arm.subscription,
+        resource_group=arm.resource_group,
+        location=arm.location,
+        subnet_id=arm.subnet_id,
+        image="Canonical:ubuntu-24_04-lts:server:latest",
+        prices={"Standard_D4s_v5": 0.192},
+    )
+    provider = make_provider("az", section)  # DefaultAzureCredential: no network until used
+    try:
+        assert isinstance(provider, AzureProvider) and isinstance(provider, Provider)
+        assert provider.name == "az"
+    finally:
+        provider.close()

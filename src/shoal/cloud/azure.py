@@ -141,7 +141,7 @@ class AzureProvider:
         self._lock = threading.RLock()
         self._launches: dict[str, _Operation] = {}
         self._removals: dict[str, _Operation] = {}
-        self._nic_deletions: list[_Operation] = []
+        self._background: list[_Operation] = []  # NIC deletions, abandoned creations
         self._removing: set[str] = set()  # request ids shoal asked to remove
         self._seen: dict[str, _Seen] = {}
         self._clusters: set[str] = set()
@@ -264,7 +264,9 @@ class AzureProvider:
         name = vm_name(request_id)
         with self._lock:
             self._removing.add(request_id)
-            self._launches.pop(request_id, None)  # its creation's end no longer matters
+            creating = self._launches.pop(request_id, None)
+            if creating is not None:  # its end no longer matters, but is waited for
+                self._background.append(creating)
             running = self._removals.get(request_id)
             if running is not None and not running.poller.done():
                 return
@@ -290,7 +292,7 @@ class AzureProvider:
             log.warning("azure: could not delete %s: %s", nic_name(vm), exc)
             return
         with self._lock:
-            self._nic_deletions.append(_Operation(poller, vm))
+            self._background.append(_Operation(poller, vm))
 
     # ------------------------------------------------------------------ list and poll
 
@@ -399,7 +401,7 @@ class AzureProvider:
                 del self._launches[rid]
             for rid, _ in removals:
                 del self._removals[rid]
-            self._nic_deletions = [op for op in self._nic_deletions if not op.poller.done()]
+            self._background = [op for op in self._background if not op.poller.done()]
         for rid, op in launches:
             failure = self._outcome(op, f"creating VM {op.vm}")
             if failure is not None:
@@ -442,7 +444,7 @@ class AzureProvider:
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
-                ops = [*self._launches.values(), *self._removals.values(), *self._nic_deletions]
+                ops = [*self._launches.values(), *self._removals.values(), *self._background]
             if not ops:
                 return True
             for op in ops:
@@ -450,7 +452,7 @@ class AzureProvider:
             self._reap()
             if time.monotonic() >= deadline:
                 with self._lock:
-                    return not (self._launches or self._removals or self._nic_deletions)
+                    return not (self._launches or self._removals or self._background)
 
     def _vm_id(self, name: str) -> str:
         s = self._section
