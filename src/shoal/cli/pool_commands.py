@@ -43,6 +43,8 @@ def pools_table(pools: list[dict[str, Any]]) -> None:
             table.add_row(name, m["node"], m["phase"], m["offer"] or "-", age, idle)
         console.print(table)
     for pool in pools:
+        for blocked in pool.get("blockedOffers") or []:
+            console.print(f"pool {pool['name']}: not trying {blocked}", markup=False)
         if pool["offerError"]:
             said = f"pool {pool['name']}: asking for offers failed: {pool['offerError']}"
             console.print(said, markup=False)

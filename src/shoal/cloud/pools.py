@@ -117,6 +117,8 @@ class PoolSection(BaseModel):
     idle_timeout: int | str = "10m"
     join_timeout: int | str = "10m"
     install: Literal["preinstalled", "wheelhouse", "pinned"] = "wheelhouse"
+    # with `preinstalled`: where the machine image has shoal (None: `shoal` on its PATH)
+    shoal_path: str | None = Field(None, pattern=r"^/[A-Za-z0-9._/+-]*$")
 
     @field_validator("name")
     @classmethod
@@ -174,6 +176,7 @@ class PoolSpec:
     idle_timeout_s: int
     join_timeout_s: int
     install: str
+    shoal_path: str | None = None
     cpu_millis: int | None = None  # requirements (None with an instance type)
     memory_mib: int | None = None
     gpus: int | None = None
@@ -260,5 +263,6 @@ def _resolve(pool: PoolSection) -> PoolSpec:
         idle_timeout_s=_duration(pool.idle_timeout),
         join_timeout_s=_duration(pool.join_timeout),
         install=pool.install,
+        shoal_path=pool.shoal_path,
         **extra,
     )

@@ -490,6 +490,10 @@ class PoolOut(BaseModel):
     nodeHours: float = Field(description="Machine-hours of the pool since it was first used.")
     cost: float = Field(description="Those hours at each machine's offer price.")
     machines: list[PoolInstanceOut]
+    blockedOffers: list[str] = Field(
+        default_factory=list,
+        description="Offers of its provider not tried for now, with why (quota; never joined).",
+    )
 
 
 class PoolTargetIn(BaseModel):

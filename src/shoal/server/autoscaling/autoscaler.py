@@ -34,7 +34,7 @@ from shoal.core.plan import ReasonCode
 from shoal.core.snapshot import ClusterSnapshot
 from shoal.core.states import State
 from shoal.server.autoscaling.launching import LaunchTarget, launch_one
-from shoal.server.autoscaling.offers import OfferBook, template_of
+from shoal.server.autoscaling.offers import OfferBook, offer_id, template_of
 from shoal.server.autoscaling.reconcile import (
     handle_events,
     joined_nodes,
@@ -131,12 +131,15 @@ class Autoscaler:
             snapshot = ClusterSnapshot(
                 tuple(load_nodes(session)), tuple(queue), holding_allocations(session)
             )
+            blocked = blocked_offers(session, now)
         templates = {}
         for pool in self.config.pools:
             offers = self.book.for_pool(pool, self.providers[pool.provider], now)
             if offers.error:
                 self.offer_errors[pool.name] = offers.error
-            template = template_of(pool, offers.offers, targets.get(pool.name))
+            # a pool whose every offer is blocked cannot grow now: the next pool may
+            usable = [o for o in offers.offers if offer_id(pool.provider, o) not in blocked]
+            template = template_of(pool, usable, targets.get(pool.name))
             if template is not None:
                 templates[pool.name] = template
         self.templates = templates

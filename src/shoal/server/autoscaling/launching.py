@@ -113,6 +113,7 @@ def _request(
         memory_mib=offer.memory_mib,
         gpus=offer.gpus,
         install=pool.install,
+        shoal_path=pool.shoal_path,
         ca_pem=ca_pem,
         # where the machine learns of its coming preemption (Azure's Scheduled Events, or the
         # local provider's copy of them); None: the provider gives no notices

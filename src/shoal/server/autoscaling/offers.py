@@ -54,6 +54,11 @@ class OfferBook:
     def __init__(self) -> None:
         self._pools: dict[str, PoolOffers] = {}
 
+    def known(self, pool: str) -> list[Offer]:
+        """The pool's offers as last asked for (none yet: empty)."""
+        found = self._pools.get(pool)
+        return [] if found is None else list(found.offers)
+
     def for_pool(self, pool: PoolSpec, provider: Provider, now: float) -> PoolOffers:
         known = self._pools.get(pool.name)
         if known is not None and now - known.asked_at < OFFERS_FRESH_S and known.offers:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from shoal.server.auth import Principal
-from shoal.server.autoscaling.rows import pool_targets, set_target
+from shoal.server.autoscaling.offers import offer_id
+from shoal.server.autoscaling.rows import blocked_offers, pool_targets, set_target
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.schemas import PoolInstanceOut, PoolOut
 from shoal.server.services import audit
@@ -40,6 +41,7 @@ def list_pools(ctx: ServerContext) -> list[PoolOut]:
     now = ctx.clock()
     with ctx.db.read() as session:
         targets = pool_targets(session)
+        blocked = blocked_offers(session, now)
         rows = list(
             session.scalars(select(CloudInstanceRow).order_by(CloudInstanceRow.launched_at))
         )
@@ -63,6 +65,11 @@ def list_pools(ctx: ServerContext) -> list[PoolOut]:
                 nodeHours=round(sum(machine_hours(r, now) for r in mine), 4),
                 cost=round(sum(machine_hours(r, now) * r.price_per_hour for r in mine), 4),
                 machines=[_machine(r, now) for r in live],
+                blockedOffers=[
+                    f"{offer.key}: {blocked[key]}"
+                    for offer in scaler.book.known(pool.name)
+                    if (key := offer_id(pool.provider, offer)) in blocked
+                ],
             )
         )
     return out
