@@ -45,6 +45,7 @@ from shoal.cloud.azure_arm import (
     vm_body,
     vm_name,
 )
+from shoal.cloud.bootstrap import AZURE_SCHEDULED_EVENTS_URL
 from shoal.cloud.pools import AzureProviderSection
 from shoal.cloud.provider import (
     TAG_CLUSTER,
@@ -94,6 +95,8 @@ class AzureProvider:
     capabilities = frozenset(
         {Capability.SPOT, Capability.STOP_START, Capability.PREEMPTION_NOTICES}
     )
+    # where a VM reads its Scheduled Events (the instance metadata service), passed to its agent
+    scheduled_events_url = AZURE_SCHEDULED_EVENTS_URL
 
     def __init__(
         self,

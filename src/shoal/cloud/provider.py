@@ -13,7 +13,9 @@ autoscaler v2 (launch and terminate asynchronous and idempotent by request id, e
   accepted, a machine preempted), each with a kind from one fixed taxonomy.
 
 Optional capabilities (stop/start, placement groups, preemption notices) are flags in
-``capabilities``, not methods every provider must stub.
+``capabilities``, not methods every provider must stub. A provider whose machines can read
+notices of their coming preemption also has ``scheduled_events_url``: where, seen from the
+machine, its agent reads them (Azure's instance metadata service).
 """
 
 from __future__ import annotations
