@@ -84,6 +84,9 @@ class PoolTemplate:
     join_timeout_s: float
     gpu_type: str | None = None
     target: int | None = None  # set by `shoal cluster scale`: the pool's size, held as its min
+    # False: no offer can be tried now (all blocked, none known, or the pool left the cloud
+    # file): the pool does not grow, but its machines still shrink as they should
+    can_grow: bool = True
 
     def node(self, name: str) -> NodeState:
         return NodeState(
@@ -161,11 +164,28 @@ class _Growth:
     new: dict[str, int] = field(default_factory=dict)
     new_for: dict[str, list[str]] = field(default_factory=dict)
     needed_nodes: set[str] = field(default_factory=set)
+    minted: dict[str, int] = field(default_factory=dict)  # virtual names given, per pool
+    # ``nodes`` holding ``allocations``, kept while no node is added: most jobs are tried on
+    # what is there first, and building a pool costs O(nodes + allocations)
+    _current: NodePool | None = None
 
     def try_place(self, job: JobRequest, extra: Sequence[NodeState]) -> list[TaskPlacement] | None:
-        pool = NodePool([*self.nodes, *extra], self.allocations)
+        if extra:
+            pool = NodePool([*self.nodes, *extra], self.allocations)
+        else:
+            if self._current is None:
+                self._current = NodePool(self.nodes, self.allocations)
+            pool = self._current
         placed = pool.place_job(job, commit=False)
         return None if isinstance(placed, PlacementFailure) else placed
+
+    def hold(self, job: JobRequest, placed: list[TaskPlacement], added: bool) -> None:
+        """Count ``placed`` as taken (``added``: it uses nodes just added to ``nodes``)."""
+        self.allocations.extend(allocation_for(job, p) for p in placed)
+        if added:
+            self._current = None
+        elif self._current is not None:
+            self._current.reserve(placed, job.job_id)
 
 
 def plan_scaling(
@@ -225,20 +245,22 @@ def _grow_for(
         return _commit(growth, job, placed, (), None)
     refusals = []
     for template in sorted(pools, key=lambda p: (p.price_per_hour, p.name)):
+        if not template.can_grow:
+            continue
         planned = growth.new.get(template.name, 0)
         room = template.max_nodes - _pool_size(live, template.name) - planned
         for count in range(1, room + 1):
-            extra = [
-                template.node(f"+{template.name}-{growth.new.get(template.name, 0) + k}")
-                for k in range(count)
-            ]
+            first = growth.minted.get(template.name, 0)
+            extra = [template.node(f"+{template.name}-{first + k}") for k in range(count)]
             if not _enough(growth, job, extra):
                 continue
             placed = growth.try_place(job, extra)
             if placed is not None:
                 return _commit(growth, job, placed, extra, template.name)
         refusals.append(f"pool {template.name} ({room} more machines allowed)")
-    return "no pool can hold it: " + "; ".join(refusals) if refusals else "no pool is declared"
+    if not refusals:
+        return "no pool can grow now: none has an offer left to try"
+    return "no pool can hold it: " + "; ".join(refusals)
 
 
 def _enough(growth: _Growth, job: JobRequest, extra: Sequence[NodeState]) -> bool:
@@ -264,13 +286,15 @@ def _commit(
 ) -> list[PoolWait]:
     used = {p.node for p in placed}
     if new_pool is not None:
+        # names are never given twice, even when the placement left some of ``extra`` unused
+        growth.minted[new_pool] = growth.minted.get(new_pool, 0) + len(extra)
         kept = [n for n in extra if n.name in used]
         growth.nodes.extend(kept)
         for node in kept:
             growth.pool_of[node.name] = new_pool
         growth.new[new_pool] = growth.new.get(new_pool, 0) + len(kept)
         growth.new_for.setdefault(new_pool, []).append(job.job_id)
-    growth.allocations.extend(allocation_for(job, p) for p in placed)
+    growth.hold(job, placed, new_pool is not None)
     growth.needed_nodes |= used
     waits: dict[str, list[float | None]] = {}
     for name in used:
@@ -294,6 +318,8 @@ def _grow_to_floor(
     growth: _Growth, pools: Sequence[PoolTemplate], live: Sequence[PoolInstance]
 ) -> None:
     for template in pools:
+        if not template.can_grow:
+            continue
         size = _pool_size(live, template.name) - _draining(live, template.name)
         missing = template.floor - size - growth.new.get(template.name, 0)
         if missing > 0:

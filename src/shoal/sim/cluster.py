@@ -9,23 +9,35 @@ list) and virtual clusters with their guarantees. Example files: ``examples/sim/
       - {name: 0e4a51, gpus: 256, borrow_limit: 128,
          aging: {policy: las, thresholds_gpu_hours: [1, 10]}}
     unknown_virtual_cluster: 6214e9      # trace jobs of VCs not listed here go there
+    pools:                               # machines core.autoscale launches and removes
+      - {name: v100, gpus: 8, cpus: 64, memory: 512Gi, price_per_hour: 24.48,
+         min: 0, max: 44, boot_delay: 3m, idle_timeout: 15m, join_timeout: 10m}
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from shoal.core.aging import Aging, AgingError, parse_setting
+from shoal.core.autoscale import PoolTemplate
 from shoal.core.resources import ResourceVector
 from shoal.core.snapshot import NodeState, VirtualCluster
 from shoal.sim.alibaba import read_alibaba_nodes
+from shoal.sim.pools import SimPool
 from shoal.sim.traces import GangRules
-from shoal.spec.units import cpu_millis, memory_mib
+from shoal.spec.units import cpu_millis, duration_seconds, memory_mib
 
 UNLIMITED = 1 << 40  # a guarantee that does not limit cpu or memory (as the server's VCs)
 PORT_RANGE = (20000, 30000)
@@ -77,6 +89,50 @@ class VirtualClusterEntry(BaseModel):
         return self
 
 
+class PoolEntry(BaseModel):
+    """A pool of machines that grows with the queue and shrinks when idle (core.autoscale)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9-]*$")
+    gpus: int = Field(default=8, ge=0, le=64)
+    cpus: float | str = 64
+    memory: int | str = "512Gi"
+    gpu_type: str | None = None
+    price_per_hour: float = Field(ge=0, description="per machine")
+    min: int = Field(default=0, ge=0, le=100_000)
+    max: int = Field(ge=1, le=100_000)
+    boot_delay: int | str = "3m"
+    idle_timeout: int | str = "10m"
+    join_timeout: int | str = "10m"
+
+    @field_validator("boot_delay", "idle_timeout", "join_timeout")
+    @classmethod
+    def _duration(cls, value: int | str) -> int | str:
+        if duration_seconds(value) < 0:
+            raise ValueError(f"must not be negative, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolEntry:
+        if self.min > self.max:
+            raise ValueError(f"pool {self.name}: min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+    def resolved(self) -> SimPool:
+        template = PoolTemplate(
+            self.name,
+            ResourceVector(cpu_millis(self.cpus), memory_mib(self.memory), self.gpus),
+            self.price_per_hour,
+            self.min,
+            self.max,
+            float(duration_seconds(self.idle_timeout)),
+            float(duration_seconds(self.join_timeout)),
+            self.gpu_type,
+        )
+        return SimPool(template, float(duration_seconds(self.boot_delay)))
+
+
 class GangDefaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,11 +149,15 @@ class ClusterFile(BaseModel):
     virtual_clusters: list[VirtualClusterEntry] = Field(default_factory=list)
     unknown_virtual_cluster: str | None = None
     gang: GangDefaults = Field(default_factory=GangDefaults)
+    pools: list[PoolEntry] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _has_nodes(self) -> ClusterFile:
-        if not self.node_groups and self.node_list is None:
-            raise ValueError("give node_groups or a node_list")
+        if not self.node_groups and self.node_list is None and not self.pools:
+            raise ValueError("give node_groups or a node_list (or pools)")
+        pools = [pool.name for pool in self.pools]
+        if len(set(pools)) != len(pools):
+            raise ValueError("pool names must be unique")
         names = [vc.name for vc in self.virtual_clusters]
         if len(set(names)) != len(names):
             raise ValueError("virtual cluster names must be unique")
@@ -128,10 +188,23 @@ class SimCluster:
     quotas: tuple[VcQuota, ...]
     unknown_virtual_cluster: str | None
     gang_rules: GangRules
+    pools: tuple[SimPool, ...] = ()  # scaling pools (core.autoscale), beside the fixed nodes
+    always_on: tuple[SimPool, ...] = ()  # pools turned into fixed nodes (see ``fixed``)
 
     @property
     def total_gpus(self) -> int:
-        return sum(node.capacity.gpu for node in self.nodes)
+        """Every GPU the cluster can have: fixed nodes and every pool at its maximum."""
+        pooled = sum(p.template.capacity.gpu * p.template.max_nodes for p in self.pools)
+        return sum(node.capacity.gpu for node in self.nodes) + pooled
+
+    def fixed(self) -> SimCluster:
+        """The fixed-size cluster to compare with: each pool at its maximum, always on."""
+        nodes = (*self.nodes, *(n for pool in self.pools for n in pool.fixed_nodes()))
+        return replace(self, nodes=nodes, pools=(), always_on=self.pools)
+
+    def with_idle_timeout(self, seconds: float) -> SimCluster:
+        """Every pool with this idle timeout (an admin's what-if)."""
+        return replace(self, pools=tuple(p.with_idle_timeout(seconds) for p in self.pools))
 
     def virtual_clusters(
         self, *, borrowing: bool, preemption: bool, strict_fifo: bool
@@ -173,7 +246,11 @@ def _group_nodes(groups: list[NodeGroup]) -> list[NodeState]:
     return nodes
 
 
-def _quotas(spec: ClusterFile, nodes: tuple[NodeState, ...]) -> tuple[VcQuota, ...]:
+def _quotas(
+    spec: ClusterFile, nodes: tuple[NodeState, ...], pools: tuple[SimPool, ...]
+) -> tuple[VcQuota, ...]:
+    """VC guarantees: what the nodes and the pools at their maximum can hold."""
+    nodes = (*nodes, *(n for pool in pools for n in pool.fixed_nodes()))
     total = sum(node.capacity.gpu for node in nodes)
     if not spec.virtual_clusters:
         return (VcQuota("default", total, None, None, True),)
@@ -192,8 +269,9 @@ def _quotas(spec: ClusterFile, nodes: tuple[NodeState, ...]) -> tuple[VcQuota, .
     guaranteed = sum(quota.gpus for quota in quotas)
     if guaranteed > total:
         raise ClusterError(
-            f"the virtual clusters guarantee {guaranteed} GPUs but the nodes have {total}; "
-            "lower the guarantees or add nodes"
+            f"the virtual clusters guarantee {guaranteed} GPUs but the nodes have {total} "
+            f"(pools counted at their max); "
+            "lower the guarantees, add nodes or raise a pool's max"
         )
     return quotas
 
@@ -217,12 +295,13 @@ def load_cluster(path: Path) -> SimCluster:
             raise ClusterError(f"{path}: node_list.path: no such file {node_file}")
         nodes.extend(read_alibaba_nodes(node_file, PORT_RANGE))
     all_nodes = tuple(nodes)
-    gpus_per_node = max((node.capacity.gpu for node in all_nodes), default=0)
+    pools = tuple(pool.resolved() for pool in spec.pools)
+    shapes = [*(n.capacity.gpu for n in all_nodes), *(p.template.capacity.gpu for p in pools)]
+    gpus_per_node = max(shapes, default=0)
     rules = GangRules(
         max(gpus_per_node, 1),
         cpu_millis(spec.gang.cpu_per_gpu),
         memory_mib(spec.gang.memory_per_gpu),
     )
-    return SimCluster(
-        spec.name, all_nodes, _quotas(spec, all_nodes), spec.unknown_virtual_cluster, rules
-    )
+    quotas = _quotas(spec, all_nodes, pools)
+    return SimCluster(spec.name, all_nodes, quotas, spec.unknown_virtual_cluster, rules, pools)

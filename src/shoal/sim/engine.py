@@ -8,6 +8,12 @@ like the server does and applies the returned ``Plan``: admissions start, preemp
 after ``stop_s`` and go back to the queue keeping their submission time, having lost the work done
 since their last checkpoint (``checkpoint_s``; 0 means they lose nothing).
 
+With scaling pools (``sim/pools.py``) an autoscaler pass runs every ``autoscale_interval_s``
+while it has something to decide: after a cycle left jobs waiting, after a pool node's tasks
+started or ended, and when an idle or join timeout runs out. It calls ``plan_scaling``, the
+function the server's autoscaler applies; a launched machine joins as a node after its pool's
+boot delay (a JOIN event).
+
 Per event the engine does work in what changed, not in the size of the queue or the cluster: the
 queue and the running allocations are kept as ordered dicts the snapshot copies in one step,
 fragmentation is counted from a histogram of free GPUs per node, and with aging only the jobs
@@ -23,19 +29,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from shoal.core.autoscale import CAPACITY_REASONS
 from shoal.core.cache import SchedulerCache
 from shoal.core.plan import Plan
 from shoal.core.scheduler import schedule
-from shoal.core.snapshot import ClusterSnapshot, JobRequest, TaskAllocation, allocation_for
+from shoal.core.snapshot import (
+    ClusterSnapshot,
+    JobRequest,
+    NodeState,
+    TaskAllocation,
+    allocation_for,
+)
 from shoal.sim.cluster import SimCluster
 from shoal.sim.demotion import Demotions
 from shoal.sim.freegpus import FreeGpus
 from shoal.sim.invariants import check_allocations, check_priorities
 from shoal.sim.policies import Policy
+from shoal.sim.pools import Fleet, PoolUsage, always_on_usage, pass_at
 from shoal.sim.records import JobRecord, SimResult, Timeline
 from shoal.sim.workload import SimJob, Trace
 
-FINISH, STOPPED, DEMOTE = 0, 1, 2
+FINISH, STOPPED, DEMOTE, JOIN = 0, 1, 2, 3
 Progress = Callable[[int, int], None]
 AllocationKey = tuple[str, str, int]  # job, role, index
 
@@ -46,6 +60,7 @@ class SimConfig:
     checkpoint_s: float = 1_800.0  # preempted jobs keep the work up to their last checkpoint
     stop_s: float = 30.0  # how long a preempted job holds its resources while it stops
     check_invariants: bool = False  # verify no over-allocation after every cycle (tests)
+    autoscale_interval_s: float = 10.0  # scaling pools: the autoscaler's period (the server's)
 
 
 @dataclass(slots=True)
@@ -67,6 +82,8 @@ class _Job:
 @dataclass(slots=True)
 class _Clock:
     next_cycle: float | None = None
+    next_scale: float | None = None  # the next autoscaler pass (clusters with pools)
+    now: float = 0.0  # the last instant anything happened at
     cycles: int = 0
     scheduling_s: float = 0.0
     last_plan: Plan = field(default_factory=Plan)
@@ -77,6 +94,8 @@ class Simulator:
         self, cluster: SimCluster, trace: Trace, policy: Policy, config: SimConfig
     ) -> None:
         self.cluster = cluster
+        self.nodes: tuple[NodeState, ...] = cluster.nodes  # fixed nodes, then joined pool nodes
+        self.fleet = Fleet(cluster.pools, cluster.nodes) if cluster.pools else None
         self.policy = policy
         self.config = config
         self.vcs = policy.virtual_clusters(cluster)
@@ -118,16 +137,17 @@ class Simulator:
         arrivals = iter(self.jobs)
         upcoming = next(arrivals, None)
         reported, step = 0, max(len(self.jobs) // 500, 1)
+        if self.fleet is not None and upcoming is not None:  # launches the pools' minimum
+            self.clock.next_scale = upcoming.job.submit_s
         while True:
             t_arrival = upcoming.job.submit_s if upcoming is not None else math.inf
             t_event = self.events[0][0] if self.events else math.inf
             now = min(t_arrival, t_event)
-            next_cycle = self.clock.next_cycle
-            if next_cycle is not None and next_cycle < now:
-                self._cycle(next_cycle)
+            if self._run_due(now):
                 continue
             if now == math.inf:
                 break
+            self.clock.now = now
             changed = False
             while self.events and self.events[0][0] == now:
                 changed |= self._event(heapq.heappop(self.events), now)
@@ -144,7 +164,18 @@ class Simulator:
                 progress(reported, len(self.jobs))
         if progress is not None:
             progress(self.finished, len(self.jobs))
-        return self._result(time.perf_counter() - started)
+        return self._result(time.perf_counter() - started, self.clock.now)
+
+    def _run_due(self, now: float) -> bool:
+        """Run the scheduling cycle or autoscaler pass due before ``now`` (a cycle first)."""
+        cycle, scale = self.clock.next_cycle, self.clock.next_scale
+        if cycle is not None and cycle < now and (scale is None or cycle <= scale):
+            self._cycle(cycle)
+            return True
+        if scale is not None and scale < now:
+            self._scale(scale)
+            return True
+        return False
 
     def _enqueue(self, state: _Job) -> None:
         job_id = state.job.job_id
@@ -160,6 +191,8 @@ class Simulator:
 
     def _event(self, event: tuple[float, int, int, str, int], now: float) -> bool:
         _, kind, _, job_id, epoch = event
+        if kind == JOIN:
+            return self._join(job_id, now)
         state = self.running.get(job_id)
         if state is None or state.epoch != epoch:
             return False  # superseded: the job was preempted or already ended
@@ -182,11 +215,10 @@ class Simulator:
 
     def _cycle(self, now: float) -> None:
         self.clock.next_cycle = None
+        self.clock.now = now
         for state in self.aging.due(now, self.running):
             self._priority_changed(state)
-        snapshot = ClusterSnapshot(
-            self.cluster.nodes, tuple(self.queue.values()), self._held(), self.vcs
-        )
+        snapshot = ClusterSnapshot(self.nodes, tuple(self.queue.values()), self._held(), self.vcs)
         if self.config.check_invariants:
             jobs = (*self.waiting.values(), *self.running.values())
             check_priorities(snapshot, self.aging.rescan(now, jobs, self.running), now)
@@ -196,8 +228,10 @@ class Simulator:
         self.clock.cycles += 1
         self.clock.last_plan = plan
         self._apply(plan, now)
+        if self.fleet is not None and any(p.reason.code in CAPACITY_REASONS for p in plan.pending):
+            self._want_scale(now)
         if self.config.check_invariants:
-            check_allocations(self.cluster.nodes, self._held(), now)
+            check_allocations(self.nodes, self._held(), now)
         self._sample(now, after_cycle=True)
 
     def _request(self, state: _Job) -> JobRequest:
@@ -214,6 +248,7 @@ class Simulator:
             request = self._request(state)
             for placement in admission.placements:
                 self.free.take(placement.node, placement.resources.gpu)
+                self._pool_node_changed(placement.node, now)
             state.run_started = now
             if state.record.first_start_s is None:
                 state.record.first_start_s = now
@@ -230,6 +265,8 @@ class Simulator:
         for preemption in plan.preemptions:
             self._preempt(self.running[preemption.victim_job_id], now)
         for never in plan.infeasible:
+            if self._pools_may_serve(never.job_id, never.reason.code, now):
+                continue  # stays queued: a pool can grow for it
             state = self._dequeue(never.job_id)
             state.record.never_reason = f"{never.reason.code}: {never.reason.message}"
 
@@ -258,6 +295,7 @@ class Simulator:
             state.attained_gpu_s += (now - state.run_started) * state.job.gpus
         for alloc in state.allocations:
             self.free.give(alloc.node, alloc.resources.gpu)
+            self._pool_node_changed(alloc.node, now)
             del self.allocations[(alloc.job_id, alloc.role, alloc.index)]
         self._held_cache = None
         state.allocations = ()
@@ -299,10 +337,70 @@ class Simulator:
             now, self.free.busy, len(self.waiting), len(self.running), self.fragmented
         )
 
-    def _result(self, wall_s: float) -> SimResult:
-        reasons = {
-            p.job_id: f"{p.reason.code}: {p.reason.message}" for p in self.clock.last_plan.pending
-        }
+    def _pools_may_serve(self, job_id: str, code: object, now: float) -> bool:
+        if self.fleet is None or code not in CAPACITY_REASONS:
+            return False
+        if not self.fleet.could_ever_fit(self.queue[job_id]):
+            return False
+        self._want_scale(now)
+        return True
+
+    def _pool_node_changed(self, node: str, now: float) -> None:
+        """A task started or ended on a pool node: the next pass updates its idle mark."""
+        if self.fleet is not None and node in self.fleet.nodes:
+            self._want_scale(now)
+
+    def _want_scale(self, at: float, after: float | None = None) -> None:
+        when = pass_at(at, self.config.autoscale_interval_s, after)
+        if self.clock.next_scale is None or when < self.clock.next_scale:
+            self.clock.next_scale = when
+
+    def _scale(self, now: float) -> None:
+        """One autoscaler pass: ``plan_scaling`` on the cluster as it is, applied."""
+        assert self.fleet is not None
+        self.clock.next_scale = None
+        self.clock.now = now
+        snapshot = ClusterSnapshot(self.nodes, tuple(self.queue.values()), self._held(), self.vcs)
+        last = self.clock.last_plan
+        waiting = {p.job_id: p.reason.code for p in last.pending}
+        waiting.update((i.job_id, i.reason.code) for i in last.infeasible)
+        busy = {a.node for a in snapshot.allocations}
+        change = self.fleet.apply(self.fleet.plan(snapshot, waiting, now), now, busy)
+        for at, request_id in change.boots:
+            heapq.heappush(self.events, (at, JOIN, next(self.seq), request_id, 0))
+        for name in change.removed:
+            self.free.remove_node(name)
+        if change.nodes_changed:
+            self._nodes_changed()
+        wake = self.fleet.wakeup(now)
+        if wake is not None:
+            self._want_scale(wake, after=now)
+
+    def _join(self, request_id: str, now: float) -> bool:
+        assert self.fleet is not None
+        node = self.fleet.join(request_id)
+        if node is None:
+            return False  # terminated before it joined
+        self.free.add_node(node)
+        self._nodes_changed()
+        self._want_scale(now)  # its idle mark
+        return True
+
+    def _nodes_changed(self) -> None:
+        assert self.fleet is not None
+        self.nodes = (*self.cluster.nodes, *self.fleet.nodes.values())
+
+    def _pool_usage(self, end: float) -> tuple[PoolUsage, ...]:
+        if self.fleet is not None:
+            return self.fleet.close(end)
+        done = [s.record.end_s for s in self.jobs if s.record.end_s is not None]
+        start = min((s.job.submit_s for s in self.jobs), default=0.0)
+        return always_on_usage(self.cluster.always_on, max(done, default=start) - start)
+
+    def _result(self, wall_s: float, end: float) -> SimResult:
+        last = self.clock.last_plan
+        reasons = {p.job_id: f"{p.reason.code}: {p.reason.message}" for p in last.pending}
+        reasons.update((i.job_id, f"{i.reason.code}: {i.reason.message}") for i in last.infeasible)
         for state in self.waiting.values():
             state.record.never_reason = reasons.get(state.job.job_id, "never scheduled")
         return SimResult(
@@ -320,4 +418,5 @@ class Simulator:
             scheduling_s=self.clock.scheduling_s,
             wall_s=wall_s,
             config=self.config,
+            pools=self._pool_usage(end),
         )

@@ -20,6 +20,15 @@ class FreeGpus:
             self._nodes_with[free] = self._nodes_with.get(free, 0) + 1
         self._waiting_smallest: dict[int, int] = {}  # smallest GPU task -> waiting jobs
 
+    def add_node(self, node: NodeState) -> None:
+        """A node joined (a pool's machine finished booting): all its GPUs are free."""
+        free = self.by_node[node.name] = node.capacity.gpu
+        self._nodes_with[free] = self._nodes_with.get(free, 0) + 1
+
+    def remove_node(self, node: str) -> None:
+        """A node left (terminated); it holds no task, so nothing busy goes with it."""
+        self._nodes_with[self.by_node.pop(node)] -= 1
+
     def take(self, node: str, gpus: int) -> None:
         self._move(node, -gpus)
         self.busy += gpus

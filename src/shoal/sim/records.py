@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shoal.sim.engine import SimConfig
+    from shoal.sim.pools import PoolUsage
 
 
 @dataclass(slots=True)
@@ -79,3 +80,5 @@ class SimResult:
     scheduling_s: float
     wall_s: float
     config: SimConfig
+    pools: tuple[PoolUsage, ...] = ()  # what each pool's machines cost (scaling or always on)
+    variant: str = ""  # "fixed", "idle-15m": which form of a cluster with pools this run used
