@@ -329,3 +329,25 @@ def test_usage_charges_each_task_its_share_of_its_pool_machine(api, ctx, scaler,
     # each task holds 1.5 of 2 cpus and 1 of 2 GiB: three quarters of its machine for an hour
     assert usage[0]["poolNodeHours"] == pytest.approx(1.5)
     assert usage[0]["poolCost"] == pytest.approx(0.15)
+
+
+def test_machines_of_a_pool_that_cannot_grow_or_left_the_file_still_go(
+    api, ctx, scaler, provider, tmp_path
+) -> None:
+    submit_gang(api, ctx)
+    scaler.run_pass()
+    join(ctx, *(r.node for r in rows(ctx)))
+    api.post("/api/v1/jobs/1/stop").raise_for_status()
+    with ctx.db.write() as session:  # every offer of the pool blocked: it cannot grow now
+        for zone in ("a", "b"):
+            session.add(CloudOfferBlockRow(offer=f"mem:r/{zone}/small", until=2e9, reason="quota"))
+    scaler.run_pass()
+    ctx.clock.now += 61
+    scaler.run_pass()
+    assert {r.phase for r in rows(ctx)} == {"draining"}  # idle: drained all the same
+    assert api.get("/api/v1/pools").json()[0]["pricePerHour"] is None
+
+    gone = CLOUD.replace("name: cpu", "name: gpu")  # the pool leaves the cloud file
+    scaler.config = parse_cloud(gone, tmp_path / "cloud.yaml")
+    scaler.run_pass()
+    assert len(provider.terminated) == 2 and {r.phase for r in rows(ctx)} == {"terminating"}

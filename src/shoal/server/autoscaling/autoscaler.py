@@ -34,7 +34,7 @@ from shoal.core.plan import ReasonCode
 from shoal.core.snapshot import ClusterSnapshot
 from shoal.core.states import State
 from shoal.server.autoscaling.launching import LaunchTarget, launch_one
-from shoal.server.autoscaling.offers import OfferBook, offer_id, template_of
+from shoal.server.autoscaling.offers import OfferBook, gone_pool, offer_id, template_of
 from shoal.server.autoscaling.reconcile import (
     handle_events,
     joined_nodes,
@@ -139,9 +139,9 @@ class Autoscaler:
                 self.offer_errors[pool.name] = offers.error
             # a pool whose every offer is blocked cannot grow now: the next pool may
             usable = [o for o in offers.offers if offer_id(pool.provider, o) not in blocked]
-            template = template_of(pool, usable, targets.get(pool.name))
-            if template is not None:
-                templates[pool.name] = template
+            templates[pool.name] = template_of(pool, usable, targets.get(pool.name))
+        for instance in instances:  # machines of pools taken out of the cloud file
+            templates.setdefault(instance.pool, gone_pool(instance.pool))
         self.templates = templates
         plan = plan_scaling(snapshot, waiting, list(templates.values()), instances, now)
         waits: dict[str, list[PoolWait]] = {}
@@ -176,7 +176,10 @@ class Autoscaler:
                 note(session, row, now, "draining", _why_removed(removal, row))
             self.ctx.wake_scheduler()
             return
-        provider = self.providers[self._provider_of(removal.request_id)]
+        provider = self.providers.get(self._provider_of(removal.request_id))
+        if provider is None:  # its provider left the cloud file: nothing can remove it now
+            log.warning("cannot terminate %s: its provider is not in the cloud file", removal.node)
+            return
         try:
             provider.terminate(removal.request_id)
         except ProviderError as exc:

@@ -72,19 +72,26 @@ class OfferBook:
         return known
 
 
-def template_of(pool: PoolSpec, offers: list[Offer], target: int | None) -> PoolTemplate | None:
-    """One machine of the pool, as its cheapest offer describes it (None: no offer)."""
-    if not offers:
-        return None
-    cheapest = offers[0]
+def template_of(pool: PoolSpec, offers: list[Offer], target: int | None) -> PoolTemplate:
+    """One machine of the pool, as its cheapest usable offer describes it; with no such offer,
+    a pool that cannot grow now (its machines still shrink)."""
+    cheapest = offers[0] if offers else None
     return PoolTemplate(
         name=pool.name,
-        capacity=ResourceVector(cheapest.cpu_millis, cheapest.memory_mib, cheapest.gpus),
-        price_per_hour=cheapest.price_per_hour,
+        capacity=ResourceVector()
+        if cheapest is None
+        else ResourceVector(cheapest.cpu_millis, cheapest.memory_mib, cheapest.gpus),
+        price_per_hour=0.0 if cheapest is None else cheapest.price_per_hour,
         min_nodes=pool.min_nodes,
         max_nodes=pool.max_nodes,
         idle_timeout_s=pool.idle_timeout_s,
         join_timeout_s=pool.join_timeout_s,
-        gpu_type=cheapest.gpu_type,
+        gpu_type=None if cheapest is None else cheapest.gpu_type,
         target=target,
+        can_grow=cheapest is not None,
     )
+
+
+def gone_pool(name: str) -> PoolTemplate:
+    """A pool no longer in the cloud file: its machines are drained and terminated once idle."""
+    return PoolTemplate(name, ResourceVector(), 0.0, 0, 0, 0.0, 0.0, can_grow=False)

@@ -60,7 +60,9 @@ def list_pools(ctx: ServerContext) -> list[PoolOut]:
                 size=sum(1 for r in live if r.phase != "terminating"),
                 idleTimeoutS=pool.idle_timeout_s,
                 joinTimeoutS=pool.join_timeout_s,
-                pricePerHour=None if template is None else template.price_per_hour,
+                pricePerHour=None
+                if template is None or not template.can_grow
+                else template.price_per_hour,
                 offerError=scaler.offer_errors.get(pool.name),
                 nodeHours=round(sum(machine_hours(r, now) for r in mine), 4),
                 cost=round(sum(machine_hours(r, now) * r.price_per_hour for r in mine), 4),
