@@ -207,8 +207,7 @@ def parse_cloud(text: str, path: Path) -> CloudConfig:
     loaded = parse_document(text)
     problems = ProblemCollector()
     document = validate_collecting(CloudDocument, loaded.data, problems)
-    if document is not None:
-        _cross_checks(document, problems)
+    _cross_checks(loaded.data, problems)  # on the raw file: said even beside other problems
     if problems.errors:
         raise SpecError(
             [
@@ -222,23 +221,33 @@ def parse_cloud(text: str, path: Path) -> CloudConfig:
     )
 
 
-def _cross_checks(document: CloudDocument, problems: ProblemCollector) -> None:
+def _cross_checks(data: object, problems: ProblemCollector) -> None:
+    """Pools name a declared provider, and each its own name (read from the file as written,
+    so these are said together with any other problem)."""
+    if not isinstance(data, dict):
+        return
+    providers = data.get("providers")
+    declared = sorted(providers) if isinstance(providers, dict) else []
+    pools = data.get("pools")
     seen: dict[str, int] = {}
-    for index, pool in enumerate(document.pools):
-        if pool.provider not in document.providers:
-            known = ", ".join(sorted(document.providers)) or "none"
+    for index, pool in enumerate(pools if isinstance(pools, list) else []):
+        if not isinstance(pool, dict):
+            continue
+        provider, name = pool.get("provider"), pool.get("name")
+        if isinstance(provider, str) and isinstance(providers, dict) and provider not in declared:
             problems.error(
                 f"pools[{index}].provider",
-                f"no provider named {pool.provider!r} (providers: {known})",
+                f"no provider named {provider!r} (providers: {', '.join(declared) or 'none'})",
                 "name one of the providers: section's keys",
             )
-        if pool.name in seen:
+        if isinstance(name, str) and name in seen:
             problems.error(
                 f"pools[{index}].name",
-                f"pool name {pool.name!r} is already used by pools[{seen[pool.name]}]",
+                f"pool name {name!r} is already used by pools[{seen[name]}]",
                 "give each pool its own name",
             )
-        seen.setdefault(pool.name, index)
+        if isinstance(name, str):
+            seen.setdefault(name, index)
 
 
 def _resolve(pool: PoolSection) -> PoolSpec:
