@@ -50,7 +50,7 @@ function Page({ session }: { session: Session }) {
     case "terminal":
       return <TerminalPage job={arg ?? ""} task={params.get("task") ?? ""} />;
     default:
-      return <Overview />;
+      return <Overview session={session} />;
   }
 }
 

@@ -87,6 +87,8 @@ export interface PendingDetail {
   preempting: string[];
   blockerDetails?: JobRef[] | null;
   preemptingDetails?: JobRef[];
+  /** What it waits for from the cloud pools, in words (docs/cloud.md). */
+  pools?: string[];
 }
 
 export interface LogChunk {
@@ -190,4 +192,57 @@ export interface JobCheck {
   problems: Problem[];
   warnings: Problem[];
   plans: PlanOut[];
+}
+
+// ---- cloud pools (docs/cloud.md): GET /api/v1/pools, GET /api/v1/usage ----
+
+export interface PoolMachine {
+  node: string;
+  requestId: string;
+  /** launching, joined, draining or terminating */
+  phase: string;
+  offer: string | null;
+  address: string | null;
+  spot: boolean;
+  pricePerHour: number;
+  launchedAt: number;
+  joinedAt: number | null;
+  idleSince: number | null;
+  lastError: string | null;
+}
+
+export interface Pool {
+  name: string;
+  provider: string;
+  min: number;
+  max: number;
+  /** Set by an admin (`shoal cluster scale`); null: min and max rule. */
+  target: number | null;
+  size: number;
+  idleTimeoutS: number;
+  joinTimeoutS: number;
+  pricePerHour: number | null;
+  offerError: string | null;
+  nodeHours: number;
+  cost: number;
+  machines: PoolMachine[];
+}
+
+export interface UsageRow {
+  key: string;
+  jobs: number;
+  gpuHours: number;
+  cpuHours: number;
+  elapsedHours: number;
+  peakMemoryMiB: number;
+  poolNodeHours: number;
+  poolCost: number;
+}
+
+export interface UsageReport {
+  by: "user" | "vc";
+  sinceS: number | null;
+  /** own: a user who is not an admin sees only their own jobs' usage. */
+  scope: "everyone" | "own";
+  rows: UsageRow[];
 }

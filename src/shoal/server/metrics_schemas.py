@@ -104,6 +104,9 @@ class OverviewOut(BaseModel):
     used: UsedNowOut
     jobs: dict[str, int] = Field(description="Jobs by state (an array: parent and elements).")
     virtualClusters: list[VcOverviewOut]
+    cloudPools: bool = Field(
+        False, description="Whether the server has cloud pools: GET /api/v1/pools answers."
+    )
 
 
 class NodeTaskOut(BaseModel):

@@ -1,7 +1,9 @@
 import { get } from "../api";
 import { Card, ErrorBanner, Loading, Meter } from "../components";
 import { ClusterCharts } from "../chunks";
+import type { Session } from "../types";
 import { mib, num, useLoad } from "../util";
+import { CloudPools } from "./pools";
 
 const STATES = ["WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED"];
 
@@ -22,6 +24,8 @@ interface OverviewOut {
     waitingJobs: number;
     runningJobs: number;
   }[];
+  /** The server has cloud pools (docs/cloud.md): GET /api/v1/pools answers. */
+  cloudPools?: boolean;
 }
 
 function Resource({ title, data, key_, show }: { title: string; data: OverviewOut; key_: keyof Vector; show: (v: number | null) => string }) {
@@ -46,7 +50,7 @@ function VcMeter({ used, guarantee, show }: { used: number | null; guarantee: nu
   );
 }
 
-export function Overview() {
+export function Overview({ session }: { session: Session }) {
   const overview = useLoad(() => get<OverviewOut>("/api/v1/overview"), [], true, 1000, 15_000);
   const data = overview.data;
   const cores = (v: number | null) => num(v);
@@ -129,6 +133,7 @@ export function Overview() {
           </tbody>
         </table>
       ) : null}
+      {data?.cloudPools ? <CloudPools session={session} /> : null}
     </div>
   );
 }

@@ -62,6 +62,9 @@ export function WhyWaiting({ job, session }: { job: JobDetail; session: Session 
   const why = useLoad(
     () => get<PendingDetail>(`/api/v1/jobs/${encodeURIComponent(job.id)}/pending-reason`),
     [job.id, job.state],
+    true,
+    400,
+    job.state === "WAITING" ? 5000 : 0, // a pool's launch ("launching, 40 s") ages without an event
   );
   if (job.state !== "WAITING") return null;
   const reason = why.data;
@@ -81,6 +84,13 @@ export function WhyWaiting({ job, session }: { job: JobDetail; session: Session 
               : ""}
           </p>
           <p>{reason.message ?? "The scheduler has not looked at it yet."}</p>
+          {reason.pools?.length ? (
+            <ul class="joblist" data-testid="why-pools" aria-label="What it waits for from the cloud pools">
+              {reason.pools.map((line) => (
+                <li>{line}</li>
+              ))}
+            </ul>
+          ) : null}
           {reason.preempting.length ? (
             <div data-testid="preempting">
               <p>Being made room for by preempting:</p>

@@ -71,6 +71,7 @@ def overview(ctx: ServerContext) -> OverviewOut:
             gpuMemoryTotalMiB=used["gpuMemoryTotalMiB"],
         ),
         jobs=jobs,
+        cloudPools=ctx.autoscaler is not None,
         virtualClusters=_vc_overviews(vcs, by_vc),
     )
 
