@@ -28,7 +28,7 @@ PORT ?=
 # default 20000), e.g. when another cluster or service already holds 20000 and up.
 PORT_BASE ?=
 
-.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes bench-proxy crash fuzz clean
+.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser test-cloud-install bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes bench-proxy crash fuzz clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -163,6 +163,11 @@ format: setup
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
 test: lint $(TORCH_STAMP) system-deps containers k8s web
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# A cloud machine that installs shoal from the server's wheelhouse for real (docs/cloud.md): about
+# a minute of pip install, so not in the default run, which covers the bootstrap's other modes.
+test-cloud-install: setup
+	SHOAL_CLOUD_INSTALL=1 $(BIN)/python -m pytest -q tests/cloud/test_wheelhouse_install.py
 
 test-fast: lint
 	$(BIN)/python -m pytest -q tests/spec tests/core tests/cli tests/server
