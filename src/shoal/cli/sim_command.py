@@ -48,6 +48,21 @@ def _thresholds(text: str) -> tuple[float, ...]:
         ) from None
 
 
+def _idle_timeouts(text: str | None) -> tuple[float, ...]:
+    from shoal.spec.units import parse_duration
+
+    if text is None:
+        return ()
+    try:
+        return tuple(
+            float(parse_duration(part, "--idle-timeout"))
+            for part in text.split(",")
+            if part.strip()
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--idle-timeout") from None
+
+
 def sim(
     trace: Path = typer.Option(
         ..., "--trace", help="The job trace (CSV, or shoal's YAML/JSON job list)."
@@ -97,13 +112,30 @@ def sim(
     check: bool = typer.Option(
         False, "--check", help="Verify after every cycle that nothing is over-allocated (slower)."
     ),
+    idle_timeout: str | None = typer.Option(
+        None,
+        "--idle-timeout",
+        help="Scaling pools: replay once per idle timeout, e.g. 0,5m,15m,1h "
+        "(default: the cluster file's).",
+    ),
+    autoscale_interval: float = typer.Option(
+        10.0,
+        "--autoscale-interval",
+        min=1.0,
+        help="Scaling pools: seconds between autoscaler passes (the server's default is 10).",
+    ),
+    fixed_baseline: bool = typer.Option(
+        True,
+        "--fixed/--no-fixed",
+        help="Scaling pools: also replay with every pool at its max, always on.",
+    ),
 ) -> None:
     """Replay a trace (Philly, Alibaba, Tiresias or shoal's job list) through shoal's scheduler."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from shoal.sim.cluster import ClusterError
     from shoal.sim.engine import SimConfig
-    from shoal.sim.report import rich_table, vc_table, write_report
+    from shoal.sim.report import cost_table, rich_table, vc_table, write_report
     from shoal.sim.runner import SimRequest, run_simulations
     from shoal.sim.traces import TraceFormat
     from shoal.sim.workload import TraceError
@@ -116,9 +148,11 @@ def sim(
         _policies(policy),
         None if trace_format is TraceFormatChoice.AUTO else TraceFormat(trace_format.value),
         limit,
-        SimConfig(interval, checkpoint, stop_grace, check),
+        SimConfig(interval, checkpoint, stop_grace, check, autoscale_interval),
         _thresholds(las_thresholds),
         las_max_preemptions,
+        _idle_timeouts(idle_timeout),
+        fixed_baseline,
     )
     columns = (
         TextColumn("{task.description}", markup=False),
@@ -143,6 +177,8 @@ def sim(
     if emit(outcome.summaries[0] if len(outcome.summaries) == 1 else outcome.summaries, output):
         return
     console.print(rich_table(outcome.summaries))
+    if outcome.cluster.pools:
+        console.print(cost_table(outcome.summaries))
     if len(outcome.summaries[0]["per_vc"]) > 1:
         console.print(vc_table(outcome.summaries))
     if report is not None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from shoal.core.autoscale import CAPACITY_REASONS
 from shoal.core.cache import SchedulerCache
-from shoal.core.plan import Plan
+from shoal.core.plan import Plan, ReasonCode
 from shoal.core.scheduler import schedule
 from shoal.core.snapshot import (
     ClusterSnapshot,
@@ -152,7 +152,7 @@ class Simulator:
             while self.events and self.events[0][0] == now:
                 changed |= self._event(heapq.heappop(self.events), now)
             while upcoming is not None and upcoming.job.submit_s == now:
-                self._enqueue(upcoming)
+                self._arrive(upcoming)
                 changed = True
                 upcoming = next(arrivals, None)
             self._sample(now)
@@ -176,6 +176,14 @@ class Simulator:
             self._scale(scale)
             return True
         return False
+
+    def _arrive(self, state: _Job) -> None:
+        if self.fleet is not None and not self.fleet.could_ever_fit(self._request(state)):
+            state.record.never_reason = (
+                f"{ReasonCode.NEVER_FITS}: larger than the cluster with every pool at its max"
+            )
+            return
+        self._enqueue(state)
 
     def _enqueue(self, state: _Job) -> None:
         job_id = state.job.job_id

@@ -79,6 +79,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
     vcs = per_vc(records)
     return {
         "policy": result.policy,
+        "run": result.run,
+        "variant": result.variant,
         "cluster": result.cluster,
         "trace": result.trace,
         "jobs": len(records),
@@ -102,12 +104,44 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "scheduling_s": result.scheduling_s,
         "wall_s": result.wall_s,
         "total_gpus": result.total_gpus,
+        **pool_costs(result, end - start),
         "notes": list(result.notes),
         "config": {
             "interval_s": result.config.interval_s,
             "checkpoint_s": result.config.checkpoint_s,
             "stop_s": result.config.stop_s,
+            "autoscale_interval_s": result.config.autoscale_interval_s,
         },
+    }
+
+
+def pool_costs(result: SimResult, makespan_s: float) -> dict[str, Any]:
+    """Node-hours and cost per pool and in all, and the share of paid GPU time that ran jobs
+    (nodes outside the pools count as paid over the makespan); nothing without pools."""
+    if not result.pools:
+        return {}
+    pools = {
+        u.name: {
+            "node_hours": u.node_hours,
+            "cost": u.cost,
+            "price_per_hour": u.price_per_hour,
+            "avg_nodes": u.node_seconds / makespan_s if makespan_s > 0 else 0.0,
+            "peak_nodes": u.peak_nodes,
+            "launches": u.launches,
+            "terminations": u.terminations,
+            "idle_timeout_s": u.idle_timeout_s,
+        }
+        for u in result.pools
+    }
+    pooled_max = sum(u.max_nodes * u.gpus_per_node for u in result.pools)
+    paid = sum(u.node_seconds * u.gpus_per_node for u in result.pools)
+    paid += (result.total_gpus - pooled_max) * makespan_s
+    busy = gpu_seconds_used(result.timeline)
+    return {
+        "pools": pools,
+        "node_hours": sum(p["node_hours"] for p in pools.values()),
+        "cost": sum(p["cost"] for p in pools.values()),
+        "paid_gpu_utilization": busy / paid if paid > 0 else 0.0,
     }
 
 

@@ -33,7 +33,7 @@ def _jct_cdf(path: Path, results: list[SimResult]) -> Path:
     for result in results:
         jct = np.sort([r.jct_s for r in result.records if r.end_s is not None])
         if len(jct):
-            axes.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=result.policy)
+            axes.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=result.run)
     axes.set_xscale("log")
     axes.set_xlabel("job completion time (s, log scale)")
     axes.set_ylabel("fraction of jobs")
@@ -52,7 +52,7 @@ def _over_time(path: Path, results: list[SimResult], series: str, label: str) ->
             values = values / max(result.total_gpus, 1)
         span = times[-1] - times[0]
         scale, unit = (DAY, "days") if span > 2 * DAY else (3600.0, "hours")
-        axes.step((times - times[0]) / scale, values, where="post", label=result.policy, lw=0.8)
+        axes.step((times - times[0]) / scale, values, where="post", label=result.run, lw=0.8)
     axes.set_xlabel(f"time since the first submission ({unit})")
     axes.set_ylabel(label)
     return _save(figure, axes, f"{label}: {results[0].trace} on {results[0].cluster}", path)

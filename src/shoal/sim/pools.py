@@ -56,6 +56,7 @@ class PoolUsage:
     name: str
     price_per_hour: float
     gpus_per_node: int
+    max_nodes: int
     node_seconds: float = 0.0
     launches: int = 0
     terminations: int = 0
@@ -78,6 +79,7 @@ def always_on_usage(pools: Iterable[SimPool], seconds: float) -> tuple[PoolUsage
             p.name,
             p.template.price_per_hour,
             p.template.capacity.gpu,
+            p.template.max_nodes,
             node_seconds=p.template.max_nodes * seconds,
             launches=p.template.max_nodes,
             peak_nodes=p.template.max_nodes,
@@ -108,6 +110,7 @@ class Fleet:
                 p.name,
                 p.template.price_per_hour,
                 p.template.capacity.gpu,
+                p.template.max_nodes,
                 idle_timeout_s=p.template.idle_timeout_s,
             )
             for p in pools

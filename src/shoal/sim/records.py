@@ -82,3 +82,8 @@ class SimResult:
     config: SimConfig
     pools: tuple[PoolUsage, ...] = ()  # what each pool's machines cost (scaling or always on)
     variant: str = ""  # "fixed", "idle-15m": which form of a cluster with pools this run used
+
+    @property
+    def run(self) -> str:
+        """The run's name in reports: the policy, and the cluster's form if it has pools."""
+        return f"{self.policy} {self.variant}".strip()

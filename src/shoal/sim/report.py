@@ -72,9 +72,9 @@ def headline_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def _columns(summaries: list[dict[str, Any]]) -> list[str]:
-    columns = ["metric", *(s["policy"] for s in summaries)]
+    columns = ["metric", *(s["run"] for s in summaries)]
     if len(summaries) > 1:
-        columns.append(f"better than {summaries[0]['policy']} by")
+        columns.append(f"better than {summaries[0]['run']} by")
     return columns
 
 
@@ -84,6 +84,57 @@ def rich_table(summaries: list[dict[str, Any]]) -> Table:
     for index, column in enumerate(_columns(summaries)):
         table.add_column(column, justify="left" if index == 0 else "right")
     for row in headline_rows(summaries):
+        table.add_row(*row)
+    return table
+
+
+COST_COLUMNS = (
+    "run",
+    "node-hours",
+    "cost",
+    "avg nodes",
+    "peak",
+    "launches",
+    "paid GPUs busy",
+    "avg queue delay",
+    "p50 queue delay",
+    "p95 queue delay",
+    "avg JCT",
+    "preemptions",
+)
+
+
+def cost_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
+    """Per run of a cluster with pools: what its machines cost and how long jobs waited."""
+    rows = []
+    for s in summaries:
+        if "pools" not in s:
+            continue
+        pools = s["pools"].values()
+        rows.append(
+            [
+                s["run"],
+                f"{s['node_hours']:,.0f}",
+                f"{s['cost']:,.0f}",
+                f"{sum(p['avg_nodes'] for p in pools):,.1f}",
+                f"{sum(p['peak_nodes'] for p in pools):,}",
+                f"{sum(p['launches'] for p in pools):,}",
+                f"{s['paid_gpu_utilization']:.1%}",
+                duration(s["avg_queue_delay_s"]),
+                duration(s["p50_queue_delay_s"]),
+                duration(s["p95_queue_delay_s"]),
+                duration(s["avg_jct_s"]),
+                f"{s['preemptions']:,}",
+            ]
+        )
+    return rows
+
+
+def cost_table(summaries: list[dict[str, Any]]) -> Table:
+    table = Table(title="scaling pools: what the machines cost, and how long jobs waited")
+    for index, column in enumerate(COST_COLUMNS):
+        table.add_column(column, justify="left" if index == 0 else "right")
+    for row in cost_rows(summaries):
         table.add_row(*row)
     return table
 
@@ -103,8 +154,8 @@ def _vc_columns(summaries: list[dict[str, Any]]) -> list[str]:
     return [
         "VC",
         "jobs",
-        *(f"delay {s['policy']}" for s in summaries),
-        *(f"JCT {s['policy']}" for s in summaries),
+        *(f"delay {s['run']}" for s in summaries),
+        *(f"JCT {s['run']}" for s in summaries),
     ]
 
 
@@ -128,6 +179,10 @@ def markdown(summaries: list[dict[str, Any]]) -> str:
         "",
         _md_table(_vc_columns(summaries), vc_rows(summaries)),
     ]
+    costs = cost_rows(summaries)
+    if costs:
+        lines += ["", "Scaling pools (cost in the pools' price unit):", ""]
+        lines.append(_md_table(list(COST_COLUMNS), costs))
     notes = [note for note in first["notes"] if not note.startswith("0 ")]
     if notes:
         lines += ["", *(f"- {note}" for note in notes)]
@@ -150,7 +205,8 @@ def write_report(
     (directory / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
     (directory / "report.md").write_text(markdown(summaries))
     for result in results if jobs_csv else ():
-        _write_jobs(directory / f"jobs-{result.policy}.csv", result)
+        suffix = f"-{result.variant}" if result.variant else ""
+        _write_jobs(directory / f"jobs-{result.policy}{suffix}.csv", result)
     from shoal.sim.plots import plot_all  # noqa: PLC0415 - matplotlib loads only for reports
 
     plot_all(directory, results)
