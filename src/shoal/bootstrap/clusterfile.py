@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shoal.spec.diagnostics import validate_collecting
 from shoal.spec.errors import ProblemCollector, SpecError, SpecProblem
-from shoal.spec.source import decode_job_bytes, parse_document
+from shoal.spec.source import parse_document, read_settings_file
 from shoal.spec.units import CPU_HINT, MEMORY_HINT, cpu_millis, memory_mib
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -208,11 +208,7 @@ def template_text() -> str:
 
 def load_cluster(path: Path) -> Cluster:
     """Read and validate a cluster file; :class:`SpecError` lists every problem with its field."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([SpecProblem("", f"cannot read {path}: {exc.strerror}")]) from None
-    return parse_cluster(decode_job_bytes(raw), path)
+    return parse_cluster(read_settings_file(path), path)
 
 
 def parse_cluster(text: str, path: Path) -> Cluster:

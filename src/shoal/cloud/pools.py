@@ -32,8 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shoal.spec.diagnostics import validate_collecting
 from shoal.spec.errors import ProblemCollector, SpecError, SpecProblem
-from shoal.spec.source import decode_job_bytes, parse_document
-from shoal.spec.units import cpu_millis, duration_seconds, memory_mib
+from shoal.spec.quantities import CpuAmount, MemoryAmount
+from shoal.spec.source import parse_document, read_settings_file
+from shoal.spec.units import (
+    cpu_millis,
+    duration_seconds,
+    memory_mib,
+)
 
 POOL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
@@ -77,22 +82,10 @@ ProviderSection = Annotated[
 
 class Requirements(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    cpus: int | float | str = 1
-    memory: int | str = "1Gi"
+    cpus: CpuAmount = 1
+    memory: MemoryAmount = "1Gi"
     gpus: int = Field(0, ge=0, le=64)
     gpu_type: str | None = None
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, value: object) -> object:
-        cpu_millis(value)
-        return value
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, value: object) -> object:
-        memory_mib(value)
-        return value
 
 
 def _duration(value: object) -> int:
@@ -196,11 +189,7 @@ class CloudConfig:
 
 def load_cloud(path: Path) -> CloudConfig:
     """Read and validate a cloud file; :class:`SpecError` lists every problem with its field."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([SpecProblem("", f"cannot read {path}: {exc.strerror}")]) from None
-    return parse_cloud(decode_job_bytes(raw), path)
+    return parse_cloud(read_settings_file(path), path)
 
 
 def parse_cloud(text: str, path: Path) -> CloudConfig:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -74,6 +75,16 @@ def decode_job_bytes(raw: bytes, max_bytes: int = MAX_JOB_FILE_BYTES) -> str:
             ]
         ) from None
     return text.removeprefix("\ufeff")
+
+
+def read_settings_file(path: Path) -> str:
+    """A settings file's text (cloud file, cluster file, catalog): unreadable, too large or not
+    UTF-8 is a :class:`SpecError` naming the file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError([SpecProblem("", f"cannot read {path}: {exc.strerror}")]) from None
+    return decode_job_bytes(raw)
 
 
 def parse_document(text: str) -> LoadedDocument:

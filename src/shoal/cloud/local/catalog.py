@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from shoal.cloud.provider import Offer
 from shoal.spec.diagnostics import validate_collecting
 from shoal.spec.errors import ProblemCollector, SpecError, SpecProblem
-from shoal.spec.source import decode_job_bytes, parse_document
+from shoal.spec.quantities import CpuAmount, MemoryAmount
+from shoal.spec.source import parse_document, read_settings_file
 from shoal.spec.units import cpu_millis, duration_seconds, memory_mib
 
 PROVIDER_NAME = "local"
@@ -50,25 +51,13 @@ def seconds(value: object) -> float:
 
 class InstanceTypeSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    cpus: int | float | str
-    memory: int | str
+    cpus: CpuAmount
+    memory: MemoryAmount
     gpus: int = Field(0, ge=0, le=64)  # simulated: the agent is told it has this many
     gpu_type: str | None = None
     price: float = Field(..., ge=0, description="per hour")
     spot_price: float | None = Field(None, ge=0, description="per hour; None: no spot offer")
     family: str | None = None
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, value: object) -> object:
-        cpu_millis(value)
-        return value
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, value: object) -> object:
-        memory_mib(value)
-        return value
 
 
 class QuotaSection(BaseModel):
@@ -183,11 +172,7 @@ class Catalog:
 
 def load_catalog(path: Path) -> Catalog:
     """Read and validate a catalog; :class:`SpecError` lists every problem with its field."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([SpecProblem("", f"cannot read {path}: {exc.strerror}")]) from None
-    return parse_catalog(decode_job_bytes(raw))
+    return parse_catalog(read_settings_file(path))
 
 
 def parse_catalog(text: str) -> Catalog:
