@@ -351,3 +351,16 @@ def test_machines_of_a_pool_that_cannot_grow_or_left_the_file_still_go(
     scaler.config = parse_cloud(gone, tmp_path / "cloud.yaml")
     scaler.run_pass()
     assert len(provider.terminated) == 2 and {r.phase for r in rows(ctx)} == {"terminating"}
+
+
+def test_a_machine_whose_node_an_admin_removed_is_terminated(api, ctx, scaler, provider) -> None:
+    submit_gang(api, ctx)
+    scaler.run_pass()
+    join(ctx, *(r.node for r in rows(ctx)))
+    scaler.run_pass()
+    gone = rows(ctx)[0]
+    assert api.delete(f"/api/v1/nodes/{gone.node}").status_code == 200
+    scaler.run_pass()
+    assert provider.terminated == [gone.request_id]
+    events = [e["message"] for e in api.get(f"/api/v1/nodes/{gone.node}/events").json()]
+    assert "its node was removed from the cluster" in events

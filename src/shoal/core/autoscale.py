@@ -64,6 +64,7 @@ class RemovalCause(StrEnum):
     IDLE = "idle"
     JOIN_TIMEOUT = "join-timeout"
     SCALE_DOWN = "scale-down"  # the pool's target was lowered (`shoal cluster scale`)
+    NODE_GONE = "node-gone"  # its node was removed from the cluster (`shoal node remove`)
 
 
 class Step(StrEnum):
@@ -349,6 +350,12 @@ def _shrink(
         mark = (inst.idle_since if inst.idle_since is not None else now) if idle else None
         if mark != inst.idle_since:
             marks[inst.request_id] = mark
+        if inst.phase is Phase.JOINED and inst.node not in registered:
+            step = Removal(
+                inst.request_id, inst.pool, inst.node, Step.TERMINATE, RemovalCause.NODE_GONE
+            )
+            removals.append(step)
+            continue
         removal = _removal_of(inst, template, idle, mark, keep, now, busy)
         if removal is not None:
             removals.append(removal)

@@ -224,6 +224,8 @@ class Autoscaler:
 def _why_removed(removal: Removal, row: CloudInstanceRow) -> str:
     if removal.cause is RemovalCause.JOIN_TIMEOUT:
         return "never joined within the pool's join timeout"
+    if removal.cause is RemovalCause.NODE_GONE:
+        return "its node was removed from the cluster"
     if removal.cause is RemovalCause.SCALE_DOWN:
         return "above the pool's target size"
     if removal.step is Step.TERMINATE:
