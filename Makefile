@@ -162,7 +162,7 @@ format: setup
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
 test: lint $(TORCH_STAMP) system-deps containers k8s web
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 # A cloud machine that installs shoal from the server's wheelhouse for real (docs/cloud.md): about
 # a minute of pip install, so not in the default run, which covers the bootstrap's other modes.

@@ -246,6 +246,10 @@ def test_quota_blocks_an_offer_a_silent_machine_goes_and_a_kill_9_leaves_no_stra
         lambda: cluster.pools()["tiny"]["blockedOffers"], 30, "the quota refusal blocked nothing"
     )
     assert tiny == [tiny[0]] and tiny[0].startswith("lab/z1/tiny: quota")
+    listed = cluster.rack.shoal("cluster", "pools")  # what an admin reads
+    assert listed.returncode == 0 and "pool tiny: not trying lab/z1/tiny: quota" in listed.stdout
+    refused = cluster.rack.shoal("cluster", "scale", "cpu", "9")
+    assert refused.returncode == 1 and "above pool cpu's max of 3" in refused.stderr, refused
     silent = cluster.wait(cluster.machines, 30, "the cpu pool launched nothing")[0]
     assert silent.offer_key == "lab/z1/small"  # it never boots: terminated after 8 s
     cpu = cluster.wait(

@@ -32,15 +32,15 @@ def pools_table(pools: list[dict[str, Any]]) -> None:
             f"{pool['cost']:.2f}",
         )
     console.print(table)
-    machines = [(p["name"], m) for p in pools for m in p["machines"]]
+    machines = [m for p in pools for m in p["machines"]]  # a node's name starts with its pool's
     if machines:
         table = new_table()
-        for column in ("POOL", "NODE", "PHASE", "OFFER", "AGE", "IDLE"):
+        for column in ("NODE", "PHASE", "ZONE/TYPE", "AGE", "IDLE"):
             table.add_column(column)
-        for name, m in machines:
+        for m in machines:
             idle = _ago(m["idleSince"]) if m["idleSince"] else "-"
-            age = _ago(m["launchedAt"])
-            table.add_row(name, m["node"], m["phase"], m["offer"] or "-", age, idle)
+            offer = m["offer"].split("/", 1)[-1] if m["offer"] else "-"  # the region is the pool's
+            table.add_row(m["node"], m["phase"], offer, _ago(m["launchedAt"]), idle)
         console.print(table)
     for pool in pools:
         for blocked in pool.get("blockedOffers") or []:
