@@ -29,8 +29,8 @@ from shoal.core.scheduler import schedule
 from shoal.server.context import ServerContext
 from shoal.server.model import SchedulerModel
 from shoal.server.positions import Positions, QueuePositions
-from shoal.server.services.agents import lose_silent_nodes
 from shoal.server.services.applier import apply_plan
+from shoal.server.services.silent_nodes import lose_silent_nodes
 
 log = logging.getLogger("shoal.scheduler")
 BUSY_GAP_S = 0.02  # after a cycle with a queue, wait this long for more work to join the next

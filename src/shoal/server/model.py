@@ -31,7 +31,7 @@ from shoal.server.context import ServerContext
 from shoal.server.services.attained import AgingTracker
 from shoal.server.services.nodes import load_nodes
 from shoal.server.services.snapshot import _HOLDING, _TASK_COLUMNS, _WAITING, allocation, request_of
-from shoal.server.services.vcs import load_aging, load_virtual_clusters
+from shoal.server.services.vc_loading import load_aging, load_virtual_clusters
 from shoal.store.models import Job, SchedChange, Task
 
 log = logging.getLogger("shoal.scheduler")

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+# ``revision = "0028"`` and ``down_revision = "0027"`` (or None) in a migration file
+_REVISION_LINE = re.compile(r'^(down_)?revision\b[^=\n]*=\s*(?:"(\w+)"|None)\s*$', re.MULTILINE)
 
 
 def sqlite_url(home: Path) -> str:
@@ -106,11 +108,38 @@ class Database:
         self._write_lock = WriteLock(_sqlite_file(url))
 
     def migrate(self) -> None:
+        """Bring the schema up to the newest migration. A store already there is left alone
+        without importing Alembic (and Mako and Pygments: 10 MiB a server would keep)."""
+        if self._at_head():
+            return
+        from alembic import command  # noqa: PLC0415 - imported only when there is work
+        from alembic.config import Config  # noqa: PLC0415
+
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+
+    def _at_head(self) -> bool:
+        """True if the store's revision is the only head of the migration files; False when
+        unsure (a merge, a file not read as expected, no revision table): Alembic decides."""
+        revisions: set[str] = set()
+        parents: set[str] = set()
+        for path in (MIGRATIONS / "versions").glob("*.py"):
+            lines = _REVISION_LINE.finditer(path.read_text())
+            found = {m.group(1) or "": m.group(2) for m in lines}
+            if "" not in found or "down_" not in found or found[""] is None:
+                return False
+            revisions.add(found[""])
+            parents.add(found["down_"] or "")
+        heads = revisions - parents
+        try:
+            with self.engine.connect() as connection:
+                stored = connection.execute(text("SELECT version_num FROM alembic_version"))
+                return len(heads) == 1 and set(stored.scalars()) == heads
+        except DBAPIError:  # a new store: no table yet
+            return False
 
     @contextmanager
     def read(self) -> Iterator[Session]:

@@ -10,8 +10,6 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from shoal.core.envcontract import JobEnvironment
-from shoal.core.lifecycle import ProcessExit
-from shoal.core.nodestates import NodeEvent
 from shoal.core.plan import TaskPlacement
 from shoal.core.resources import ResourceVector
 from shoal.core.states import State
@@ -27,14 +25,11 @@ from shoal.protocol import (
     TaskLimits,
 )
 from shoal.server.context import ServerContext
-from shoal.server.notify import noted_news
 from shoal.server.services.arrays import env_array
 from shoal.server.services.images import image_ref_for
-from shoal.server.services.joining import delete_removed_nodes
-from shoal.server.services.lifecycle import on_exit
 from shoal.server.services.metrics import record_report
-from shoal.server.services.node_life import change_node
 from shoal.server.services.reports import apply_report, node_epochs
+from shoal.server.services.silent_nodes import lose_silent_nodes  # noqa: F401 (re-exported)
 from shoal.server.services.snapshot import spec_of
 from shoal.server.services.tunnels import proxy_env
 from shoal.spec.model import Resources, Runtime, SourceFormat, TaskRoleSpec
@@ -42,10 +37,6 @@ from shoal.spec.templating import NATIVE_TOKEN, PAI_TOKEN, secret_values
 from shoal.store.models import Job, Node, Task, User
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
-LOST = "its tasks are lost"
-# A node whose tasks nothing stops when its agent falls silent (docs/kubernetes.md, "Never two
-# attempts"): they may still run, so none is started again until the agent confirms it ended.
-KEPT = "its tasks may still run: they end when its agent confirms they did"
 
 
 def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
@@ -212,43 +203,6 @@ def placement_of(task: Task) -> TaskPlacement:
         gpu_indices=tuple(task.gpu_indices),
         ports=tuple((label, tuple(ports)) for label, ports in task.ports),
     )
-
-
-def lose_silent_nodes(ctx: ServerContext) -> bool:
-    """Nodes whose agent has been silent too long are NOT_READY; their tasks are lost."""
-    now = ctx.clock()
-    cutoff = now - ctx.settings.node_timeout_s
-    changed = False
-    with ctx.db.read() as session:  # the common case, nobody is late, needs no write
-        late = session.scalar(
-            select(Node.name).where(Node.state == "READY", Node.last_seen < cutoff).limit(1)
-        )
-    if late is None:
-        return False
-    lost: list[str] = []
-    with ctx.db.write() as session:
-        for node in session.scalars(
-            select(Node).where(Node.state == "READY", Node.last_seen < cutoff)
-        ):
-            timeout = ctx.settings.node_timeout_s
-            changed = True
-            if node.fencing == "confirmed":  # nothing stops its tasks (Kubernetes Pods): keep them
-                change_node(
-                    session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout, why=KEPT
-                )
-                continue
-            change_node(
-                session, node, NodeEvent.HEARTBEATS_MISSED, now, timeout_s=timeout, why=LOST
-            )
-            node.epoch += 1  # reports about attempts launched before this are stale from now on
-            lost.append(node.name)
-            for task in session.scalars(
-                select(Task).where(Task.node == node.name, Task.state.in_(ACTIVE_TASK))
-            ):
-                on_exit(session, task, ProcessExit(None, lost=True), now)
-        delete_removed_nodes(session, lost, now)  # `node remove --force` waited for this
-    ctx.wake_agents(noted_news(session))  # the lost tasks' peers on other nodes are killed
-    return changed
 
 
 def restart_node_clocks(ctx: ServerContext) -> int:

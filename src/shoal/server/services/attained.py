@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from shoal.core.aging import Aging, aged_priority, level, next_threshold, protected
 from shoal.core.snapshot import JobRequest, TaskAllocation
 from shoal.core.states import State
-from shoal.server.services.vcs import load_aging
+from shoal.server.services.vc_loading import load_aging
 from shoal.store.models import Job, Task
 
 ACTIVE = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)

@@ -19,7 +19,7 @@ from shoal.core.states import State
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.services.blobs import BlobStore, Received
-from shoal.server.services.vcs import DEFAULT_VC
+from shoal.server.services.vc_loading import DEFAULT_VC
 from shoal.spec.patterns import DATA_NAME_RE
 from shoal.store.models import DataSetRow, ImageRow, Job, User, VirtualClusterRow
 

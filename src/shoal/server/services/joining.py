@@ -13,7 +13,6 @@ import hmac
 from dataclasses import dataclass
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
 
 from shoal.core.lifecycle import ProcessExit
 from shoal.core.nodestates import Hold, Liveness, NodeEvent
@@ -209,7 +208,8 @@ def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -
     left to fencing. Its agent is refused from now on, so it can no longer renew its lease: its
     keepers stop the tasks, the node goes NOT_READY after the node timeout, the tasks end as lost
     (retried as their jobs allow, never beside a live attempt) and the node is deleted then
-    (:func:`delete_removed_nodes`). A NOT_READY node's tasks are lost already: it goes at once."""
+    (``delete_removed_nodes``, silent_nodes.py). A NOT_READY node's tasks are lost already: it
+    goes at once."""
     require_admin(caller)
     now = ctx.clock()
     with ctx.db.write() as session:
@@ -256,15 +256,3 @@ def remove_node(ctx: ServerContext, caller: Principal, name: str, force: bool) -
     ctx.wake_scheduler()
     ctx.wake_agents(noted_news(session))
     return Removal(len(tasks), pending=False)
-
-
-def delete_removed_nodes(session: Session, names: list[str], now: float) -> None:
-    """Delete the nodes among ``names`` (just gone NOT_READY) whose every certificate is revoked:
-    a ``node remove --force`` waiting for fencing to end their tasks."""
-    for name in names:
-        certs = list(session.scalars(select(NodeCertRow).where(NodeCertRow.node == name)))
-        if certs and all(c.revoked_at is not None for c in certs):
-            node = session.get(Node, name)
-            if node is not None:
-                session.delete(node)
-            record_node_event(session, name, now, "removed", "removed; its tasks ended as lost")

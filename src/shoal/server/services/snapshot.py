@@ -15,7 +15,7 @@ from shoal.planning import job_request
 from shoal.server.context import ServerContext
 from shoal.server.services.attained import scheduling_priorities
 from shoal.server.services.nodes import HOLDING, load_nodes
-from shoal.server.services.vcs import load_virtual_clusters
+from shoal.server.services.vc_loading import load_virtual_clusters
 from shoal.spec.model import JobSpec
 from shoal.store.models import Job, Task
 

@@ -48,7 +48,8 @@ from shoal.server.services.job_keys import with_job_keys
 from shoal.server.services.nodes import load_nodes
 from shoal.server.services.runtimes import fallback_runtime, resolve
 from shoal.server.services.taskenv import check_variables, inherited, with_cli_env, workdir_warning
-from shoal.server.services.vcs import ensure_exists, reach_of
+from shoal.server.services.vc_loading import reach_of
+from shoal.server.services.vcs import ensure_exists
 from shoal.server.storage import require_room
 from shoal.spec.arrays import ArrayError, ArrayRange, parse_array
 from shoal.spec.errors import SpecError
