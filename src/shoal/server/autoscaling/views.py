@@ -11,7 +11,7 @@ from shoal.server.auth import Principal
 from shoal.server.autoscaling.offers import offer_id
 from shoal.server.autoscaling.rows import blocked_offers, pool_targets, set_target
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.schemas import PoolInstanceOut, PoolOut
+from shoal.server.pool_schemas import PoolInstanceOut, PoolOut
 from shoal.server.services import audit
 from shoal.server.services.users import require_admin
 from shoal.store.models import CloudInstanceRow

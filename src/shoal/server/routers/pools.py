@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from shoal.server.autoscaling.views import list_pools, scale_pool
 from shoal.server.deps import Caller, Context
-from shoal.server.schemas import PoolOut, PoolTargetIn
+from shoal.server.pool_schemas import PoolOut, PoolTargetIn
 
 router = APIRouter(tags=["pools"])
 
