@@ -397,6 +397,20 @@ def test_a_launch_still_creating_is_found_again_and_can_be_terminated(
     assert provider.poll_errors() == [], "a cancelled creation shoal asked for is no error"
 
 
+def test_a_creation_whose_vm_was_deleted_before_its_last_poll_ends_quietly(
+    make_provider: Callable[..., Any], arm: Any
+) -> None:
+    """The creation's poller reads the VM once it is done; a VM shoal deleted meanwhile answers
+    404 there. That is the end of a cancelled creation, not an error of settle or an event."""
+    provider = make_provider()
+    provider.launch(request(d4(provider)))
+    arm.inject("GET", "/virtualMachines/shoal-req-0001", 404, "ResourceNotFound", times=1000)
+    provider.terminate("req-0001")
+    assert provider.settle(10), "the deletion, and the creation it cancelled, ended"
+    assert len(arm.requests_to("GET", "/virtualMachines/shoal-req-0001")) >= 1
+    assert provider.poll_errors() == []
+
+
 def test_the_registry_makes_an_azure_provider_from_its_section(arm: Any) -> None:
     from shoal.cloud.azure import AzureProvider  # noqa: PLC0415 - needs the SDK
     from shoal.cloud.registry import make_provider  # noqa: PLC0415

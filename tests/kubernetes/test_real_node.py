@@ -219,7 +219,18 @@ def test_a_pods_port_is_reached_through_the_server(shoal: KubeShoal) -> None:
             check=False,
         )  # fmt: skip
 
-    wait_for(lambda: "pod page" in fetch().stdout, 30, "the Pod's page through the tunnel")
+    tries: list[subprocess.CompletedProcess[str]] = []
+
+    def served() -> bool:
+        tries.append(fetch())
+        return "pod page" in tries[-1].stdout
+
+    try:  # the kubelet's port-forward and httpd's start, on a busy 2-core machine
+        wait_for(served, 60, "the Pod's page through the tunnel")
+    except TimeoutError as exc:
+        last = tries[-1] if tries else None
+        said = f"{last.returncode}: {last.stdout!r} {last.stderr!r}" if last else "no try ended"
+        raise AssertionError(f"{exc}; {len(tries)} tries, the last exited {said}") from None
     token = (shoal.home / "admin.token").read_text().strip()
     proxy = shoal.client.cluster()["proxyPort"]
     page = httpx.get(

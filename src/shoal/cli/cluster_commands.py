@@ -369,6 +369,7 @@ def server(
     kubeconfig: str | None = None,
     namespace: str = "default",
     proxy_port: int | None = None,
+    proxy_port_fallback: bool = False,
 ) -> None:
     """Run the server in the foreground (what `shoal up` starts)."""
     from shoal.server.app import make_server, prepare
@@ -385,6 +386,7 @@ def server(
         kubeconfig=kubeconfig,
         kubernetes_namespace=namespace,
         proxy_port=proxy_port,
+        proxy_port_fallback=proxy_port_fallback,
     )
     try:
         ctx = prepare(settings)

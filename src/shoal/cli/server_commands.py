@@ -71,6 +71,7 @@ def local_server(
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", hidden=True),
     namespace: str = typer.Option("default", "--namespace", hidden=True),
     proxy_port: int | None = typer.Option(None, "--proxy-port", min=0, max=65535, hidden=True),
+    proxy_port_fallback: bool = typer.Option(False, "--proxy-port-fallback", hidden=True),
 ) -> None:
     """With no subcommand: the local-mode server in the foreground (what `shoal up` starts)."""
     if ctx.invoked_subcommand is not None:
@@ -79,7 +80,7 @@ def local_server(
 
     server(
         home, host, port, kill_grace, node_timeout, scheduler, kubernetes, kubeconfig, namespace,
-        proxy_port=proxy_port,
+        proxy_port=proxy_port, proxy_port_fallback=proxy_port_fallback,
     )  # fmt: skip
 
 

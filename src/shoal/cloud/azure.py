@@ -24,11 +24,13 @@ The SDK (``pip install shoal[azure]``) is imported when a provider is made, not 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from shoal.cloud.azure_arm import (
@@ -423,12 +425,16 @@ class AzureProvider:
                 self._delete_nic(op.vm)
 
     def _outcome(self, op: _Operation, doing: str) -> ProviderError | None:
-        from azure.core.exceptions import ResourceNotFoundError
+        from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
         try:
             op.poller.result()
         except ResourceNotFoundError:
             return None
+        except HttpResponseError as exc:  # a poll of a VM deleted meanwhile: a 404, not a kind
+            if exc.status_code == HTTPStatus.NOT_FOUND:
+                return None
+            return self._error(exc, op.offer_key, doing)
         except Exception as exc:
             return self._error(exc, op.offer_key, doing)
         return None
@@ -451,7 +457,8 @@ class AzureProvider:
             if not ops:
                 return True
             for op in ops:
-                op.poller.wait(max(0.0, deadline - time.monotonic()))
+                with contextlib.suppress(Exception):  # how it ended is _reap's to judge
+                    op.poller.wait(max(0.0, deadline - time.monotonic()))
             self._reap()
             if time.monotonic() >= deadline:
                 with self._lock:

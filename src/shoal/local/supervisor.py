@@ -123,6 +123,7 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
         str(options.node_timeout_s),
         "--proxy-port",
         str(proxy_port),
+        *(["--proxy-port-fallback"] if not options.proxy_port else []),
         *(["--kubernetes", *_server_kubernetes_args(options.kubernetes)] if kubernetes else []),
     ]
     server = _spawn(server_args, home / "server.log")
@@ -155,7 +156,9 @@ def start_local(options: UpOptions, timeout_s: float = 60.0) -> RunInfo:
 
 def _proxy_port(options: UpOptions, port: int) -> int:
     """The task proxy's port: as asked (taken: an error naming --proxy-port), else port + 1 when
-    free, else any free port (0: the server picks; `shoal status` shows it)."""
+    free, else any free port (0: the server picks; `shoal status` shows it). A default port
+    taken between this check and the server's bind also gives way to any free port
+    (--proxy-port-fallback)."""
     if options.proxy_port:
         if port_in_use(options.host, options.proxy_port):
             raise RuntimeError(

@@ -277,6 +277,16 @@ def _bad_body_code(request: Request, code: str) -> str:
     return "InvalidParametersError" if _openpai(request) else code  # OpenPAI's list of codes
 
 
+def _proxy_socket(settings: ServerSettings) -> socket.socket:
+    """The task proxy's socket; a default port taken since it was chosen gives way to any."""
+    try:
+        return bind_socket(settings.host, settings.proxy_port or 0)
+    except OSError:
+        if not settings.proxy_port_fallback:
+            raise
+        return bind_socket(settings.host, 0)
+
+
 class ShoalServer(uvicorn.Server):
     """uvicorn's server, telling shoal's long polls to answer as soon as shutdown begins."""
 
@@ -290,7 +300,7 @@ class ShoalServer(uvicorn.Server):
         if sockets is None:
             sockets = [bind_socket(settings.host, settings.port, "--port")]
             if settings.proxy_port is not None:
-                sockets.append(bind_socket(settings.host, settings.proxy_port))
+                sockets.append(_proxy_socket(settings))
                 self.ctx.proxy_port = sockets[-1].getsockname()[1]
         await super().serve(sockets)
 

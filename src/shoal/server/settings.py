@@ -132,6 +132,9 @@ class ServerSettings:
     tls: bool = False
     # The task proxy's own port (docs/proxy.md): None, no proxy; 0, any free port.
     proxy_port: int | None = None
+    # True when proxy_port was a default (`shoal up`'s API port + 1), not the user's choice: if
+    # it is taken by the time the server binds, the proxy listens on any free port instead.
+    proxy_port_fallback: bool = False
     # One scheduling cycle's budget (core/budget.py; measured defaults in docs/benchmarks.md).
     cycle_deadline_ms: float = 40.0  # a cycle stops examining the deep queue after this long
     cycle_backfill_jobs: int = 2_000  # jobs examined past the VC heads per cycle
