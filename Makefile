@@ -160,9 +160,11 @@ format: setup
 	$(BIN)/ruff check --fix src tests bench
 	$(BIN)/ruff format src tests bench
 
-# pytest exits 5 when it collected no test; make treats any non-zero exit as failure.
+# pytest exits 5 when it collected no test; make treats any non-zero exit as failure. Every
+# test's time is in test-artifacts/junit.xml (the 25 slowest are printed).
 test: lint $(TORCH_STAMP) system-deps containers k8s web
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25 \
+		--junitxml=test-artifacts/junit.xml
 
 # A cloud machine that installs shoal from the server's wheelhouse for real (docs/cloud.md): about
 # a minute of pip install, so not in the default run, which covers the bootstrap's other modes.
