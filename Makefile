@@ -39,7 +39,7 @@ $(RUN_STAMP): pyproject.toml
 
 # The lint, type-check and test tools, and matplotlib for `shoal sim --report`, on top.
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,cluster,kubernetes,azure]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster,kubernetes,azure,postgresql]'
 	touch $(STAMP)
 
 setup-runtime: $(RUN_STAMP)
@@ -97,16 +97,18 @@ $(WHEEL_STAMP): $(RUN_STAMP)
 wheelhouse: $(WHEEL_STAMP)
 
 # The SSH tests run a real sshd (openssh-server, a Debian package) inside network namespaces;
-# the browser tests drive Debian's chromium through Playwright (no browser download).
+# the browser tests drive Debian's chromium through Playwright (no browser download); the
+# PostgreSQL tests start throwaway clusters with Debian's PostgreSQL server (tests/postgresql.py).
 # Quiet when they are there; installed through apt-get when they are not.
 system-deps:
 	@missing=""; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	ls /usr/lib/*/libnss_wrapper.so >/dev/null 2>&1 || missing="$$missing libnss-wrapper"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		if command -v apt-get >/dev/null 2>&1; then \
-			echo "installing$$missing (the SSH and browser tests need them)"; \
+			echo "installing$$missing (the SSH, browser and PostgreSQL tests need them)"; \
 			$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 				$(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 		else \

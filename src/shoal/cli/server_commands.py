@@ -30,6 +30,7 @@ from shoal.paths import DEFAULT_PORT, default_home
 # shoal.server is imported inside the commands only (tests/cli/test_cli_imports.py).
 if TYPE_CHECKING:
     from shoal.server.ca import PkiFiles
+    from shoal.server.context import ServerContext
     from shoal.server.settings import ServerSettings
 
 server_app = typer.Typer(
@@ -38,6 +39,13 @@ server_app = typer.Typer(
 )
 WILDCARDS = ("0.0.0.0", "::")
 HOME_OPTION = typer.Option(None, "--home", help="State directory (default $SHOAL_HOME).")
+STORE_OPTION = typer.Option(
+    None,
+    "--store",
+    envvar="SHOAL_STORE",
+    help="postgresql://USER:PASSWORD@HOST:PORT/DB: the cluster's state in PostgreSQL "
+    "(docs/postgresql.md). Default: what `init --store` recorded, else SQLite in --home.",
+)
 
 
 def _limit(name: str, help_text: str) -> typing.Any:
@@ -90,9 +98,11 @@ def init(
     hosts: list[str] = typer.Option(
         [], "--host", help="A name or address agents and users reach the server at (repeat)."
     ),
+    store: str | None = STORE_OPTION,
 ) -> None:
     """Create the cluster's CA, the server certificate (for each --host, plus localhost and
-    127.0.0.1), the admin user and its token. Run again to add hosts: the CA is kept."""
+    127.0.0.1), the admin user and its token. Run again to add hosts: the CA is kept.
+    With --store, the cluster's state lives in that PostgreSQL database (docs/postgresql.md)."""
     from shoal.server.ca import (
         PkiFiles,
         create_ca,
@@ -104,6 +114,7 @@ def init(
     home = (home or default_home()).expanduser().resolve()
     files = PkiFiles.of(home)
     _refuse_half_ca(files)
+    url = _checked_store(store) if store is not None else None
     if files.ca_cert.exists():
         console.print(f"CA kept: {files.ca_cert} (never replaced; `init` only adds hosts)")
     else:
@@ -118,7 +129,7 @@ def init(
         issue_server_certificate(files, wanted)
         verb = "issued" if old is None else f"issued again (was for {', '.join(old)})"
         console.print(f"server certificate {verb}: {files.server_cert} for {', '.join(wanted)}")
-    _admin_token(home)
+    _admin_token(home, url)
     _next_steps(home, wanted[0], files.ca_hash())
 
 
@@ -135,12 +146,43 @@ def _refuse_half_ca(files: PkiFiles) -> None:
         )
 
 
-def _admin_token(home: Path) -> None:
-    from shoal.server.app import ADMIN_TOKEN_FILE, prepare
+def _admin_token(home: Path, store: str | None) -> None:
+    """The store migrated (and, given one, recorded as the home's), the admin user made."""
+    from shoal.server.app import ADMIN_TOKEN_FILE
     from shoal.server.settings import ServerSettings
+    from shoal.store.db import record_store, safe_url
 
-    prepare(ServerSettings(home=home, tls=True)).db.dispose()
+    _prepared(ServerSettings(home=home, tls=True, database_url=store)).db.dispose()
+    if store is not None:
+        record_store(home, store)
+        console.print(f"store: {safe_url(store)} (in {home / 'store.url'}, mode 0600)")
     console.print(f"admin user 'admin', token in {home / ADMIN_TOKEN_FILE} (mode 0600)")
+
+
+def _checked_store(store: str) -> str:
+    from shoal.store.db import StoreUrlError, store_url
+
+    try:
+        return store_url(store)
+    except StoreUrlError as exc:
+        raise fail(str(exc)) from None
+
+
+def _prepared(settings: ServerSettings) -> ServerContext:
+    """``prepare(settings)``, with a store that cannot be opened said in one line."""
+    from shoal.server.app import prepare
+    from shoal.server.settings import FencingError
+    from shoal.store.db import home_store, open_problem
+
+    try:
+        return prepare(settings)
+    except FencingError as exc:  # the timings cannot keep two attempts of a task apart
+        raise fail(str(exc)) from None
+    except Exception as exc:
+        problem = open_problem(settings.database_url or home_store(settings.home), exc)
+        if problem is None:
+            raise
+        raise fail(problem) from None
 
 
 def _next_steps(home: Path, host: str, ca_hash: str) -> None:
@@ -229,14 +271,15 @@ def start(
         "--cloud-join-url",
         help="With --cloud: the URL new machines join (default: this server's --host and --port).",
     ),
+    store: str | None = STORE_OPTION,
 ) -> None:
     """Serve HTTPS only, in the foreground: users with Bearer tokens, agents with the node
     certificates they got at `shoal agent join`. Limits (docs/limits.md): 0 turns one off.
     With --kubernetes, the Kubernetes agent runs beside it (docs/kubernetes.md)."""
     from shoal.local.supervisor import port_in_use
-    from shoal.server.app import make_server, prepare
+    from shoal.server.app import make_server
     from shoal.server.ca import PkiFiles, server_hosts
-    from shoal.server.settings import FencingError, ServerSettings
+    from shoal.server.settings import ServerSettings
 
     home = (home or default_home()).expanduser().resolve()
     files = PkiFiles.of(home)
@@ -260,6 +303,7 @@ def start(
             "with --proxy-port (0: any free one)"
         )
     cloud = _checked_cloud_file(cloud, cloud_join_url)
+    url = _checked_store(store) if store is not None else None
     k8s_argv = None
     if kubernetes:
         args = KubernetesArgs(
@@ -292,6 +336,7 @@ def start(
         proxy_port=proxy_port,
         cloud_file=cloud,
         cloud_join_url=cloud_join_url,
+        database_url=url,
     )
     settings = _with_limits(
         settings,
@@ -302,10 +347,7 @@ def start(
         rate_limit_submissions_per_hour=rate_submissions,
         rate_limit_anonymous_per_min=rate_anonymous,
     )
-    try:
-        ctx = prepare(settings)
-    except FencingError as exc:  # the timings cannot keep two attempts of a task apart
-        raise fail(str(exc)) from None
+    ctx = _prepared(settings)
     local = "127.0.0.1" if host in WILDCARDS else host
     url = f"https://{local}:{port}"
     (home / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))

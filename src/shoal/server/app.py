@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -66,7 +67,7 @@ from shoal.server.services.tunnels import ensure_proxy_key
 from shoal.server.settings import ServerSettings
 from shoal.server.storage import disk_full_answer
 from shoal.server.tls import https_options, serve_live
-from shoal.store.db import Database, sqlite_url
+from shoal.store.db import Database, home_store
 
 ADMIN_TOKEN_FILE = "admin.token"
 AGENT_TOKEN_FILE = "agent.token"
@@ -81,9 +82,11 @@ def prepare(settings: ServerSettings) -> ServerContext:
     settings.check_fencing()
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     _keep_private(settings.home)
-    db = Database(settings.database_url or sqlite_url(settings.home))
+    url = settings.database_url or home_store(settings.home)
+    db = Database(url)
     db.migrate()
-    ctx = ServerContext(settings=settings, db=db)
+    # the store's URL as resolved, for the scheduler process (it gets these settings)
+    ctx = ServerContext(settings=dataclasses.replace(settings, database_url=db.url), db=db)
     ensure_token_file(db, settings.home / ADMIN_TOKEN_FILE, "user", ctx.clock())
     if not settings.tls:  # on the network, agents join with tokens and use node certificates
         ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())

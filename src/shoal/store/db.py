@@ -1,4 +1,5 @@
-"""The database: SQLite (WAL) under ``$SHOAL_HOME`` by default, schema managed by Alembic."""
+"""The database: SQLite (WAL) under ``$SHOAL_HOME`` by default, or PostgreSQL
+(``--store postgresql://...``, docs/postgresql.md); schema managed by Alembic on both."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -20,8 +21,81 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 _REVISION_LINE = re.compile(r'^(down_)?revision\b[^=\n]*=\s*(?:"(\w+)"|None)\s*$', re.MULTILINE)
 
 
+# Every writer of a PostgreSQL store, in any process on any host, takes this transaction-level
+# advisory lock first: writes are serialised as on SQLite, so the change feed's sequence numbers
+# commit in order (server/model.py reads ``seq > last``) and read-modify-writes stay exact.
+WRITE_LOCK_KEY = 0x5A0A1  # "shoal", as a bigint; any constant no other application uses
+
+
+class StoreUrlError(ValueError):
+    """A --store value that is not a database shoal can use."""
+
+
 def sqlite_url(home: Path) -> str:
     return f"sqlite:///{home / 'shoal.db'}"
+
+
+def store_url(url: str) -> str:
+    """``url`` as SQLAlchemy's URL for its driver: ``postgresql://`` and ``postgres://`` use
+    psycopg 3 (the ``postgresql`` extra). A value that is neither SQLite nor PostgreSQL is a
+    ``StoreUrlError`` saying what is accepted."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreUrlError(
+            f"--store {url!r} is not a database URL: use postgresql://USER:PASSWORD@HOST:PORT/DB "
+            "or sqlite:///PATH"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return url
+    if backend in ("postgresql", "postgres"):
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    raise StoreUrlError(
+        f"--store {url!r}: {backend} is not a store shoal supports; use postgresql://... or "
+        "sqlite:///PATH"
+    )
+
+
+STORE_FILE = "store.url"  # in the server's home: the store `shoal server init --store` chose
+
+
+def home_store(home: Path) -> str:
+    """The store of the server whose home is ``home``: the URL ``shoal server init --store``
+    recorded there, else the SQLite file in it."""
+    recorded = home / STORE_FILE
+    if recorded.exists():
+        return recorded.read_text().strip()
+    return sqlite_url(home)
+
+
+def record_store(home: Path, url: str) -> None:
+    """Remember ``url`` as ``home``'s store (mode 0600: it may hold a password)."""
+    path = home / STORE_FILE
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(url + "\n")
+    os.replace(partial, path)
+
+
+def open_problem(url: str, exc: BaseException) -> str | None:
+    """What a user is told when the store at ``url`` cannot be opened (None: not such a
+    problem, let it rise): the driver is not installed, or the server refused or is not there."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "psycopg":
+        return (
+            f"the store {safe_url(url)} needs the PostgreSQL driver: "
+            "pip install 'shoal[postgresql]'"
+        )
+    if isinstance(exc, OperationalError):  # refused, unknown host or database, bad password
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        return f"cannot open the store {safe_url(url)}: {reason}"
+    return None
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password hidden, for logs and messages."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -66,6 +140,11 @@ class WriteLock:
         finally:
             self._thread_lock.release()
 
+    @property
+    def nested(self) -> bool:
+        """True inside a write begun within another write of this thread."""
+        return self._depth > 1
+
     def _file(self) -> int:
         if self._fd is None or self._pid != os.getpid():
             assert self._path is not None
@@ -88,18 +167,23 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+_PG_WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
+
+
 class Database:
-    """Engine, sessions and a write lock (SQLite has one writer at a time; see ``WriteLock``)."""
+    """Engine, sessions and a write lock: one writer at a time (``WriteLock`` on SQLite's file;
+    on PostgreSQL, the thread lock and an advisory lock held by the write's transaction)."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        is_sqlite = url.startswith("sqlite")
+        self.url = url = store_url(url)
+        self.is_sqlite = url.startswith("sqlite")
         self.engine: Engine = create_engine(
             url,
-            connect_args={"check_same_thread": False, "timeout": 10} if is_sqlite else {},
-            pool_size=8 if not is_sqlite else 5,
+            connect_args={"check_same_thread": False, "timeout": 10} if self.is_sqlite else {},
+            pool_size=5 if self.is_sqlite else 8,
+            pool_pre_ping=not self.is_sqlite,  # a restarted PostgreSQL: reconnect, not fail once
         )
-        if is_sqlite:
+        if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         # Derived data that never changes once written (e.g. a job's parsed spec), shared by every
         # session of this database as ``session.info["memo"]``.
@@ -150,6 +234,8 @@ class Database:
     def write(self) -> Iterator[Session]:
         """One serialised read-modify-write transaction, committed on success."""
         with self._write_lock, self.sessions() as session, session.begin():
+            if not self.is_sqlite and not self._write_lock.nested:  # the outer one holds it
+                session.execute(_PG_WRITE_LOCK)
             yield session
 
     def dispose(self) -> None:

@@ -323,7 +323,7 @@ class DataSetRow(Base):
     name: Mapped[str] = mapped_column(String(128))
     sha256: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(8))  # file | dir
-    size: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Float)
     shares: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
@@ -335,7 +335,9 @@ class SchedChange(Base):
     __tablename__ = "sched_changes"
     __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 (SQLAlchemy reads it)
 
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    seq: Mapped[int] = mapped_column(  # SQLite's rowid is 64 bits; PostgreSQL's BIGINT (0030)
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     kind: Mapped[str] = mapped_column(String(8))  # job | node | vc
     key: Mapped[str] = mapped_column(String(255))
 

@@ -2,9 +2,9 @@
 
 Triggers (migration 0017) note every change to what pages show (a job's or task's state, node,
 resources; a node's state; a VC) in ``sched_changes``, whichever process wrote it (the API, the
-scheduler, an agent's report). The table's AUTOINCREMENT counter in ``sqlite_sequence`` only ever
-grows, even after the scheduler deletes the rows it read, so it is a cheap and exact "something
-changed" signal: one indexed row read per interval for the whole server, and only while a page
+scheduler, an agent's report). The table's counter (SQLite's AUTOINCREMENT in ``sqlite_sequence``,
+PostgreSQL's sequence) only ever grows, even after the scheduler deletes the rows it read, so it
+is a cheap and exact "something changed" signal: one indexed row read per interval for the whole server, and only while a page
 listens. Each page then reloads what it shows (``routers/stream.py``)."""
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from starlette.concurrency import run_in_threadpool
 from shoal.store.db import Database
 
 _GENERATION = text("SELECT seq FROM sqlite_sequence WHERE name = 'sched_changes'")
+# A sequence not yet used says is_called = false (its last_value is the first one to come)
+_PG_GENERATION = text(
+    "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM sched_changes_seq_seq"
+)
 
 
 class ChangeWatch:
@@ -33,7 +37,8 @@ class ChangeWatch:
 
     def read(self) -> int:
         with self._db.read() as session:
-            value = session.execute(_GENERATION).scalar()
+            query = _GENERATION if self._db.is_sqlite else _PG_GENERATION
+            value = session.execute(query).scalar()
         return int(value or 0)
 
     async def current(self) -> int:

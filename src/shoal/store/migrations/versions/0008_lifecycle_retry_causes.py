@@ -38,11 +38,11 @@ def upgrade() -> None:
     )
     op.execute(
         """
-        UPDATE jobs SET retries_user = MAX(
-            (CASE WHEN state = 'WAITING' THEN attempt ELSE attempt - 1 END) - retries_resource,
-            0
+        UPDATE jobs SET retries_user = CASE WHEN {used} > 0 THEN {used} ELSE 0 END
+        """.format(  # SQLite's MAX(a, b) is PostgreSQL's GREATEST: a CASE works on both
+            used="((CASE WHEN state = 'WAITING' THEN attempt ELSE attempt - 1 END)"
+            " - retries_resource)"
         )
-        """
     )
 
 

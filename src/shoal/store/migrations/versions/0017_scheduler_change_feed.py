@@ -13,13 +13,16 @@ and log counters do not. The model deletes rows it has read.
 
 A later migration that alters one of these tables in SQLite's batch mode (which copies the table)
 drops its triggers and must create them again (tests/server/test_scheduler_model.py checks that
-they all exist at the head).
+they all exist at the head). The triggers' SQL for SQLite and PostgreSQL is in
+``shoal/store/triggers.py``.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from shoal.store.triggers import create_triggers, drop_functions, drop_trigger
 
 revision = "0017"
 down_revision = "0016"
@@ -68,32 +71,6 @@ WATCHED = {
 }
 
 
-def _triggers(table: str, kind: str, key: str, columns: tuple[str, ...]) -> list[str]:
-    note = "INSERT INTO sched_changes (kind, key) VALUES ('{kind}', {row}.\"{key}\");"
-    made = [
-        f"CREATE TRIGGER sched_{table}_insert AFTER INSERT ON {table} BEGIN "
-        + note.format(kind=kind, row="NEW", key=key)
-        + " END",
-        f"CREATE TRIGGER sched_{table}_delete AFTER DELETE ON {table} BEGIN "
-        + note.format(kind=kind, row="OLD", key=key)
-        + " END",
-    ]
-    if columns:
-        changed = " OR ".join(f'OLD."{c}" IS NOT NEW."{c}"' for c in columns)
-        made.append(
-            f"CREATE TRIGGER sched_{table}_update AFTER UPDATE ON {table} WHEN {changed} BEGIN "
-            + note.format(kind=kind, row="NEW", key=key)
-            + " END"
-        )
-    else:
-        made.append(
-            f"CREATE TRIGGER sched_{table}_update AFTER UPDATE ON {table} BEGIN "
-            + note.format(kind=kind, row="NEW", key=key)
-            + " END"
-        )
-    return made
-
-
 def upgrade() -> None:
     op.create_table(
         "sched_changes",
@@ -102,13 +79,17 @@ def upgrade() -> None:
         sa.Column("key", sa.String(length=255), nullable=False),
         sqlite_autoincrement=True,
     )
+    dialect = op.get_bind().dialect.name
     for table, (kind, key, columns) in WATCHED.items():
-        for statement in _triggers(table, kind, key, columns):
+        for statement in create_triggers(dialect, table, kind, key, columns):
             op.execute(statement)
 
 
 def downgrade() -> None:
+    dialect = op.get_bind().dialect.name
     for table in WATCHED:
         for what in ("insert", "update", "delete"):
-            op.execute(f"DROP TRIGGER IF EXISTS sched_{table}_{what}")
+            op.execute(drop_trigger(dialect, table, what))
+        for statement in drop_functions(dialect, table):
+            op.execute(statement)
     op.drop_table("sched_changes")

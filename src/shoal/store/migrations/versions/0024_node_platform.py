@@ -21,6 +21,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from shoal.store.triggers import drop_trigger, update_trigger
+
 revision = "0024"
 down_revision = "0023"
 branch_labels = None
@@ -43,11 +45,11 @@ NODE_COLUMNS = (
 
 
 def _update_trigger(columns: tuple[str, ...]) -> str:
-    changed = " OR ".join(f'OLD."{c}" IS NOT NEW."{c}"' for c in columns)
-    return (
-        f"CREATE TRIGGER sched_nodes_update AFTER UPDATE ON nodes WHEN {changed} BEGIN "
-        "INSERT INTO sched_changes (kind, key) VALUES ('node', NEW.\"name\"); END"
-    )
+    return update_trigger(op.get_bind().dialect.name, "nodes", "node", "name", columns)
+
+
+def _drop_update_trigger() -> str:
+    return drop_trigger(op.get_bind().dialect.name, "nodes", "update")
 
 
 def upgrade() -> None:
@@ -56,12 +58,12 @@ def upgrade() -> None:
     )
     op.add_column("nodes", sa.Column("platform_hold", sa.String(255), nullable=True))
     op.add_column("nodes", sa.Column("task_address", sa.String(255), nullable=True))
-    op.execute("DROP TRIGGER IF EXISTS sched_nodes_update")
+    op.execute(_drop_update_trigger())
     op.execute(_update_trigger((*NODE_COLUMNS, "platform_hold")))
 
 
 def downgrade() -> None:
-    op.execute("DROP TRIGGER IF EXISTS sched_nodes_update")
+    op.execute(_drop_update_trigger())
     with op.batch_alter_table("nodes") as batch:
         batch.drop_column("task_address")
         batch.drop_column("platform_hold")
