@@ -4,8 +4,9 @@ Triggers (migration 0017) note every change to what pages show (a job's or task'
 resources; a node's state; a VC) in ``sched_changes``, whichever process wrote it (the API, the
 scheduler, an agent's report). The table's counter (SQLite's AUTOINCREMENT in ``sqlite_sequence``,
 PostgreSQL's sequence) only ever grows, even after the scheduler deletes the rows it read, so it
-is a cheap and exact "something changed" signal: one indexed row read per interval for the whole server, and only while a page
-listens. Each page then reloads what it shows (``routers/stream.py``)."""
+is a cheap and exact "something changed" signal: one indexed row read per interval for the
+whole server, and only while a page listens. Each page then reloads what it shows
+(``routers/stream.py``)."""
 
 from __future__ import annotations
 
