@@ -173,6 +173,11 @@ test: lint $(TORCH_STAMP) system-deps containers k8s web
 test-cloud-install: setup
 	SHOAL_CLOUD_INSTALL=1 $(BIN)/python -m pytest -q tests/cloud/test_wheelhouse_install.py
 
+# The server suite with every test's store a fresh PostgreSQL database of a throwaway cluster
+# (docs/postgresql.md; tests/postgresql.py). The default run has its bounded slice, tests/store.
+test-postgresql: setup system-deps
+	SHOAL_TEST_STORE=postgresql $(BIN)/python -m pytest -q -n 2 tests/server tests/store
+
 test-fast: lint
 	$(BIN)/python -m pytest -q tests/spec tests/core tests/cli tests/server
 

@@ -114,7 +114,7 @@ def init(
     home = (home or default_home()).expanduser().resolve()
     files = PkiFiles.of(home)
     _refuse_half_ca(files)
-    url = _checked_store(store) if store is not None else None
+    url = _checked_store(store, reach=True) if store is not None else None
     if files.ca_cert.exists():
         console.print(f"CA kept: {files.ca_cert} (never replaced; `init` only adds hosts)")
     else:
@@ -159,13 +159,19 @@ def _admin_token(home: Path, store: str | None) -> None:
     console.print(f"admin user 'admin', token in {home / ADMIN_TOKEN_FILE} (mode 0600)")
 
 
-def _checked_store(store: str) -> str:
-    from shoal.store.db import StoreUrlError, store_url
+def _checked_store(store: str, reach: bool = False) -> str:
+    """``--store`` as the driver's URL; with ``reach``, also connected to once (before `init`
+    makes anything), so a store that cannot be opened stops the command in one line."""
+    from shoal.store.db import StoreUrlError, check_reachable, store_url
 
     try:
-        return store_url(store)
+        url = store_url(store)
     except StoreUrlError as exc:
         raise fail(str(exc)) from None
+    problem = check_reachable(url) if reach else None
+    if problem is not None:
+        raise fail(problem)
+    return url
 
 
 def _prepared(settings: ServerSettings) -> ServerContext:

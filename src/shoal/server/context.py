@@ -66,6 +66,9 @@ class ServerContext:
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written
     # the scheduler's model, cache and resume point (server/loop.py; one owner: the loop)
     scheduler_state: Any = None
+    # this server's claim to run cycles among servers on one store (services/scheduler_lease.py;
+    # set by the scheduler loop; None: cycles run by hand, as tests do, check nothing)
+    scheduler_lease: Any = None
     # job shapes that fitted the nodes at submission, and when (``submission._never_fits``)
     fits: dict[tuple[object, ...], float] = field(default_factory=dict)
     metrics: MetricsHistory = field(default_factory=MetricsHistory)  # what nodes use, lately

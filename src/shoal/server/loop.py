@@ -15,6 +15,7 @@ order to the agent) serves several of them.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
@@ -30,6 +31,7 @@ from shoal.server.context import ServerContext
 from shoal.server.model import SchedulerModel
 from shoal.server.positions import Positions, QueuePositions
 from shoal.server.services.applier import apply_plan
+from shoal.server.services.scheduler_lease import LeaseKeeper, StaleLeader
 from shoal.server.services.silent_nodes import lose_silent_nodes
 
 log = logging.getLogger("shoal.scheduler")
@@ -126,6 +128,7 @@ class SchedulerLoop:
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
+        self.lease = ctx.scheduler_lease = LeaseKeeper(ctx)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.run, name="shoal-scheduler", daemon=True)
 
@@ -147,6 +150,9 @@ class SchedulerLoop:
         check_every = min(1.0, self.ctx.settings.node_timeout_s / 4)
         last_check = 0.0
         while not self._stop.is_set():
+            if not self._leading():
+                self._stop.wait(self.ctx.settings.scheduler_lease_s / 3)
+                continue
             seen = self.ctx.scheduler_wake.generation
             started = time.monotonic()
             check = started - last_check >= check_every
@@ -156,6 +162,10 @@ class SchedulerLoop:
                 admitted = run_cycle(self.ctx, check_nodes=check)
                 busy = admitted is not None
                 more = self.ctx.scheduler_state.stopped_early
+            except StaleLeader as exc:  # paused past the lease: another server schedules now
+                log.warning("%s", exc)
+                if self.ctx.scheduler_state is not None:
+                    self.ctx.scheduler_state.model.loaded = False
             except Exception:  # keep scheduling; the next cycle starts from the store again
                 log.exception("scheduling cycle failed")
                 if self.ctx.scheduler_state is not None:
@@ -172,3 +182,16 @@ class SchedulerLoop:
             gap = min(took, MAX_GAP_S) - (time.monotonic() - ended)
             if gap > 0:
                 self._stop.wait(gap)
+        with contextlib.suppress(Exception):  # the store may be gone at shutdown
+            self.lease.release()
+
+    def _leading(self) -> bool:
+        """True if this server's scheduler holds the lease (taken or renewed now if need be)."""
+        try:
+            held = self.lease.hold()
+        except Exception:  # the store is unreachable: no cycle could run anyway
+            log.exception("could not take or renew the scheduler lease")
+            return False
+        if held is not None and held.fresh and self.ctx.scheduler_state is not None:
+            self.ctx.scheduler_state.model.loaded = False  # another may have scheduled meanwhile
+        return held is not None

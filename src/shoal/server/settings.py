@@ -139,6 +139,10 @@ class ServerSettings:
     cycle_deadline_ms: float = 40.0  # a cycle stops examining the deep queue after this long
     cycle_backfill_jobs: int = 2_000  # jobs examined past the VC heads per cycle
     model_verify_s: float = 60.0  # how often the scheduler's model is checked against the store
+    # Several servers on one store (docs/postgresql.md, "One scheduler"): only the holder of the
+    # scheduler lease runs cycles; it renews a third of the way through, and another server
+    # takes over once it has expired (checked as often as it is renewed).
+    scheduler_lease_s: float = 6.0
     # Where cycles run (docs/architecture.md, "The scheduler process"): "process", a child
     # process of the server's own, so no cycle holds the API's interpreter; "thread", a thread
     # of the server's process (a throw-away ``shoal run`` server, and tests driving cycles).

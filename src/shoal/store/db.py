@@ -52,8 +52,8 @@ def store_url(url: str) -> str:
     if backend in ("postgresql", "postgres"):
         return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     raise StoreUrlError(
-        f"--store {url!r}: {backend} is not a store shoal supports; use postgresql://... or "
-        "sqlite:///PATH"
+        f"--store {safe_url(url)}: {backend} is not a store shoal supports; use "
+        "postgresql://... or sqlite:///PATH"
     )
 
 
@@ -94,8 +94,28 @@ def open_problem(url: str, exc: BaseException) -> str | None:
 
 
 def safe_url(url: str) -> str:
-    """``url`` with its password hidden, for logs and messages."""
-    return make_url(url).render_as_string(hide_password=True)
+    """``url`` as users write it (no driver name), its password hidden: for logs and messages."""
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql+psycopg":
+        parsed = parsed.set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=True)
+
+
+def check_reachable(url: str) -> str | None:
+    """Open one connection to the store at ``url`` and close it: None if that worked, else what
+    ``open_problem`` says (a problem of another kind rises)."""
+    try:
+        engine = create_engine(store_url(url))
+        try:
+            with engine.connect():
+                return None
+        finally:
+            engine.dispose()
+    except Exception as exc:
+        problem = open_problem(url, exc)
+        if problem is None:
+            raise
+        return problem
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -486,3 +486,18 @@ class CloudPoolTargetRow(Base):
     target: Mapped[int] = mapped_column(Integer)
     set_by: Mapped[str] = mapped_column(String(64))
     set_at: Mapped[float] = mapped_column(Float)
+
+
+class SchedulerLeaseRow(Base):
+    """Who runs scheduling cycles (migration 0031; services/scheduler_lease.py). ``holder``: the
+    server (host and home) whose scheduler holds it; ``incarnation``: that scheduler's run;
+    ``token``: raised at every takeover, checked by every plan's write."""
+
+    __tablename__ = "scheduler_lease"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(512))
+    incarnation: Mapped[str] = mapped_column(String(64))
+    token: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[float] = mapped_column(Float)
+    acquired_at: Mapped[float] = mapped_column(Float)

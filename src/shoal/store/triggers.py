@@ -39,9 +39,7 @@ def update_trigger(dialect: str, table: str, kind: str, key: str, columns: tuple
     """The statement that makes ``table``'s update trigger (its function exists already)."""
     if dialect == POSTGRESQL:
         # as text: JSON columns have no equality operator in PostgreSQL
-        changed = " OR ".join(
-            f'OLD."{c}"::text IS DISTINCT FROM NEW."{c}"::text' for c in columns
-        )
+        changed = " OR ".join(f'OLD."{c}"::text IS DISTINCT FROM NEW."{c}"::text' for c in columns)
         return _pg_trigger(table, "update", "new", changed or None)
     when = " OR ".join(f'OLD."{c}" IS NOT NEW."{c}"' for c in columns)
     return (

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from alembic import command
 from alembic.config import Config
 from fastapi.testclient import TestClient
@@ -445,6 +446,7 @@ def test_non_admins_read_groups_but_do_not_manage_them(pai: TestClient) -> None:
 # ---- the store ----
 
 
+@pytest.mark.sqlite_only  # an older store is a SQLite file made by an older shoal
 def test_users_of_an_older_store_get_an_empty_profile(tmp_path: Path) -> None:
     db = Database(sqlite_url(tmp_path))
     config = Config()

@@ -34,6 +34,8 @@ def apply_plan(ctx: ServerContext, plan: Plan, versions: dict[str, int]) -> int:
     if not plan.admissions and not changed and not plan.preemptions:
         return 0  # nothing to write: no transaction (every commit costs an fsync)
     with ctx.db.write() as session:
+        if ctx.scheduler_lease is not None:  # a plan of a scheduler whose lease was taken over
+            ctx.scheduler_lease.check(session)  # is refused (StaleLeader), nothing written
         # One query loads every job the plan names, so the lookups below cost no query and no
         # early flush, and the writes go out together at commit.
         named = [j for j, _ in changed] + [p.victim_job_id for p in plan.preemptions]
