@@ -53,6 +53,7 @@ from shoal.protocol import (
     exec_path,
     read_control,
 )
+from shoal.protocol.failover import server_urls
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
@@ -356,8 +357,17 @@ def _refusal(order: ExecOrder, exc: Exception) -> str:
 
 def connect(connection: Connection, path: str) -> ClientConnection:
     """A WebSocket to the server, with the credentials and TLS settings of the agent's HTTP
-    calls (``Connection.httpx_settings``)."""
-    scheme, _, rest = connection.server.rstrip("/").partition("://")
+    calls (``Connection.httpx_settings``). Of several servers, the first that takes the
+    connection (the session lives in the server the user asked; docs/postgresql.md)."""
+    urls = server_urls(connection.server) or [connection.server]
+    for url in urls[:-1]:
+        with contextlib.suppress(OSError):
+            return _connect(connection, url, path)
+    return _connect(connection, urls[-1], path)
+
+
+def _connect(connection: Connection, server: str, path: str) -> ClientConnection:
+    scheme, _, rest = server.rstrip("/").partition("://")
     secure = scheme == "https"
     context: ssl.SSLContext | None = None
     if isinstance(connection.verify, ssl.SSLContext):

@@ -39,6 +39,7 @@ from shoal.pki import (
 )
 from shoal.pki import write_private as _write_private
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, JoinRequest, JoinResponse
+from shoal.protocol.failover import client_settings
 
 IDENTITY_DIR = "identity"
 
@@ -69,13 +70,9 @@ class Connection:
 
     def httpx_settings(self, timeout: float) -> dict[str, Any]:
         """Keywords for ``httpx.Client``: base URL, headers, and the TLS context (CA pinned,
-        client certificate loaded) when there is one."""
-        return {
-            "base_url": self.server,
-            "headers": self.headers,
-            "timeout": timeout,
-            "verify": self.verify,
-        }
+        client certificate loaded) when there is one; several servers (commas) fail over
+        (protocol/failover.py)."""
+        return client_settings(self.server, self.verify, headers=self.headers, timeout=timeout)
 
 
 def _protocol() -> dict[str, str]:

@@ -150,6 +150,7 @@ def join(
     from shoal.agent.identity import join as join_server
     from shoal.agent.resources import hostname
     from shoal.pki import NODE_NAME_HINT, NODE_NAME_PATTERN, BadJoinToken, JoinToken
+    from shoal.protocol.failover import primary
 
     if not server.startswith("https://"):
         raise fail(f"{server!r}: a server on the network is https://SERVER:PORT")
@@ -162,7 +163,7 @@ def join(
     if not NODE_NAME_PATTERN.match(node):
         raise fail(f"node name {node!r}: {NODE_NAME_HINT}; give one with --name")
     try:
-        advertised = advertised_address(server, address)
+        advertised = advertised_address(primary(server), address)
     except AddressError as exc:
         raise fail(str(exc)) from None
     home = home.expanduser().resolve()

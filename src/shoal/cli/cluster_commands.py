@@ -425,11 +425,12 @@ def agent(
     from shoal.agent.identity import Connection
     from shoal.agent.main import Agent, AgentHomeInUse
     from shoal.agent.resources import hostname, local_nodes
+    from shoal.protocol.failover import primary
 
     if not token_file.exists():
         raise fail(f"token file {token_file} does not exist")
     try:
-        advertised = advertised_address(server_url, address)
+        advertised = advertised_address(primary(server_url), address)
     except AddressError as exc:
         raise fail(str(exc)) from None
     specs = local_nodes(

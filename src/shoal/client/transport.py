@@ -68,7 +68,9 @@ def _http_client(
                 f"the CA file {ca} cannot be loaded ({exc}); give the cluster's "
                 "CA (SERVER_HOME/pki/ca.crt) with `shoal config set-context NAME --ca FILE`",
             ) from None
-    return httpx.Client(base_url=url, headers=headers, timeout=timeout, verify=verify)
+    from shoal.protocol.failover import client_settings
+
+    return httpx.Client(**client_settings(url, verify, headers=headers, timeout=timeout))
 
 
 def _untrusted(exc: BaseException) -> str | None:
