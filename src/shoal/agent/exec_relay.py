@@ -41,6 +41,7 @@ from websockets.sync.client import connect as ws_connect
 from shoal.agent import exec_shim
 from shoal.agent.identity import Connection
 from shoal.agent.runtimes import Launch, LaunchRefused
+from shoal.net.failover import server_urls
 from shoal.protocol import (
     EXEC_ATTACH_S,
     EXEC_MARKER,
@@ -53,7 +54,6 @@ from shoal.protocol import (
     exec_path,
     read_control,
 )
-from shoal.protocol.failover import server_urls
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from shoal.net.failover import client_settings, primary
 from shoal.pki import (
     JoinToken,
     ca_public_key_hash,
@@ -39,7 +40,6 @@ from shoal.pki import (
 )
 from shoal.pki import write_private as _write_private
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, JoinRequest, JoinResponse
-from shoal.protocol.failover import client_settings
 
 IDENTITY_DIR = "identity"
 
@@ -71,7 +71,7 @@ class Connection:
     def httpx_settings(self, timeout: float) -> dict[str, Any]:
         """Keywords for ``httpx.Client``: base URL, headers, and the TLS context (CA pinned,
         client certificate loaded) when there is one; several servers (commas) fail over
-        (protocol/failover.py)."""
+        (net/failover.py)."""
         return client_settings(self.server, self.verify, headers=self.headers, timeout=timeout)
 
 
@@ -215,8 +215,10 @@ def fetch_pinned_ca(server: str, token: JoinToken, timeout: float = 15.0) -> byt
 
 
 def join(identity: Identity, token: JoinToken, timeout: float = 30.0) -> JoinResponse:
-    """Join the server; writes the identity (key, certificate, CA, settings) under its home."""
-    ca_pem = fetch_pinned_ca(identity.server, token)
+    """Join the server (the first of several: they share the CA and the store); writes the
+    identity (key, certificate, CA, settings, every server's URL) under its home."""
+    server = primary(identity.server)
+    ca_pem = fetch_pinned_ca(server, token)
     files = identity.files
     key = new_private_key()
     request = JoinRequest(
@@ -229,7 +231,7 @@ def join(identity: Identity, token: JoinToken, timeout: float = 30.0) -> JoinRes
     context = ssl.create_default_context(cadata=ca_pem.decode())
     try:
         response = httpx.post(
-            f"{identity.server}/api/v1/join",
+            f"{server}/api/v1/join",
             json=request.model_dump(),
             headers=_protocol(),
             verify=context,
@@ -238,12 +240,12 @@ def join(identity: Identity, token: JoinToken, timeout: float = 30.0) -> JoinRes
     except httpx.HTTPError as exc:
         hint = ""
         if "CERTIFICATE_VERIFY_FAILED" in str(exc):  # the pinned CA signed it: the name differs
-            host = httpx.URL(identity.server).host
+            host = httpx.URL(server).host
             hint = (
                 f"; the server's certificate does not name {host}: the admin adds it with "
                 f"`shoal server init --host {host}` and restarts the server"
             )
-        raise JoinError(f"cannot join {identity.server}: {exc}{hint}") from None
+        raise JoinError(f"cannot join {server}: {exc}{hint}") from None
     if response.status_code != 200:
         body = _body(response)
         raise JoinError(f"{body.get('code', response.status_code)}: {_message(response)}")

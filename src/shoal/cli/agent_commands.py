@@ -149,11 +149,11 @@ def join(
     from shoal.agent.identity import Identity, JoinError
     from shoal.agent.identity import join as join_server
     from shoal.agent.resources import hostname
+    from shoal.net.failover import primary, server_urls
     from shoal.pki import NODE_NAME_HINT, NODE_NAME_PATTERN, BadJoinToken, JoinToken
-    from shoal.protocol.failover import primary
 
-    if not server.startswith("https://"):
-        raise fail(f"{server!r}: a server on the network is https://SERVER:PORT")
+    if not server_urls(server) or not all(u.startswith("https://") for u in server_urls(server)):
+        raise fail(f"{server!r}: a server on the network is https://SERVER:PORT (several: commas)")
     text, source = join_token_text(token, token_file)
     try:
         parsed = JoinToken.parse(text)

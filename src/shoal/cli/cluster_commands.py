@@ -425,7 +425,7 @@ def agent(
     from shoal.agent.identity import Connection
     from shoal.agent.main import Agent, AgentHomeInUse
     from shoal.agent.resources import hostname, local_nodes
-    from shoal.protocol.failover import primary
+    from shoal.net.failover import primary
 
     if not token_file.exists():
         raise fail(f"token file {token_file} does not exist")

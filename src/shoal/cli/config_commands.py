@@ -95,8 +95,11 @@ def set_context(
     _check_name(name)
     if token is not None and token_file is not None:
         raise fail("give --token or --token-file, not both")
-    if server is not None and not server.startswith(("http://", "https://")):
-        raise fail(f"--server {server!r}: write a URL such as http://host:8476")
+    if server is not None and not _urls(server):
+        raise fail(
+            f"--server {server!r}: write a URL such as http://host:8476 (several servers of one "
+            "cluster: separate them with commas)"
+        )
     if token_file is not None and not token_file.expanduser().is_file():
         raise fail(f"--token-file {token_file}: no such file")
     if ca is not None and not ca.expanduser().is_file():
@@ -350,3 +353,9 @@ def _forget_context_token(config: ClientConfig, name: str) -> str:
     config.contexts[name] = replace(context, token=None, token_file=None)
     config.save()
     return f"logged out of context {name} ({context.server}): {removed}"
+
+
+def _urls(server: str) -> bool:
+    """True if ``server`` is one URL, or several separated by commas."""
+    urls = [part.strip() for part in server.split(",")]
+    return all(url.startswith(("http://", "https://")) for url in urls)

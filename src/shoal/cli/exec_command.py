@@ -99,7 +99,7 @@ def _connect(endpoint: Endpoint, path: str) -> ClientConnection:
     from shoal.client import ServerUnavailable, UntrustedServer
     from shoal.client.transport import _untrusted
 
-    base = endpoint.url.rstrip("/")
+    base = endpoint.url.split(",")[0].strip().rstrip("/")  # of several servers, the first
     secure = base.startswith("https://")
     url = ("wss://" + base[8:] if secure else "ws://" + base.removeprefix("http://")) + path
     headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}

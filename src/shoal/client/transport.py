@@ -68,7 +68,7 @@ def _http_client(
                 f"the CA file {ca} cannot be loaded ({exc}); give the cluster's "
                 "CA (SERVER_HOME/pki/ca.crt) with `shoal config set-context NAME --ca FILE`",
             ) from None
-    from shoal.protocol.failover import client_settings
+    from shoal.net.failover import client_settings
 
     return httpx.Client(**client_settings(url, verify, headers=headers, timeout=timeout))
 

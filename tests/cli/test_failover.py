@@ -1,4 +1,4 @@
-"""Several servers behind one client (protocol/failover.py): a request that cannot connect goes
+"""Several servers behind one client (net/failover.py): a request that cannot connect goes
 to the next server, once; the one that answered is used from then on; an answer of any status
 is the answer; with every server down the connection error is raised."""
 
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from shoal.protocol.failover import FailoverTransport, client_settings, primary, server_urls
+from shoal.net.failover import FailoverTransport, client_settings, primary, server_urls
 
 
 class Recorder(ThreadingHTTPServer):
