@@ -292,7 +292,9 @@ class KubernetesAgent:
         with self._lock:
             self._exits.pop(attempt_id, None)
             self._ended_at.pop(attempt_id, None)
-            self._followers.pop(attempt_id, None)
+            follower = self._followers.pop(attempt_id, None)
+            if follower is not None:
+                follower.abandon()  # before the deletion: the kubelet's error is not the log
             self._acked.add(attempt_id)
             where = self._where.pop(attempt_id, None)
             if where is None:  # never created (refused, or killed before its launch)

@@ -42,16 +42,23 @@ class Follower:
         self.ended = ended  # has the Pod finished (or gone)?
         self.stopping = stopping
         self.done = threading.Event()
+        self._abandoned = threading.Event()
         self.sent = 0
         self._thread = threading.Thread(target=self._run, name=f"shoal-log-{name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def abandon(self) -> None:
+        """The Pod is about to be deleted (its exit is reported): ship nothing more. When the
+        kubelet loses a log it is streaming, it writes its error into the stream's body (the
+        status, 200, was sent); that text is not the task's."""
+        self._abandoned.set()
+
     def _run(self) -> None:
         retry = RETRY_S
         try:
-            while not self.stopping.is_set():
+            while not self.stopping.is_set() and not self._abandoned.is_set():
                 try:
                     self._follow()
                     retry = RETRY_S
@@ -98,6 +105,8 @@ class Follower:
         """Upload what the stream holds past ``sent`` (it starts from the log's beginning)."""
         position = 0
         for data in response.stream(CHUNK):
+            if self._abandoned.is_set():
+                return
             if not data:
                 continue
             end = position + len(data)
