@@ -165,8 +165,14 @@ format: setup
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure. Every
 # test's time is in test-artifacts/junit.xml (the 25 slowest are printed).
 test: lint $(TORCH_STAMP) system-deps containers k8s web
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25 \
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25 -m "not long" \
 		--junitxml=test-artifacts/junit.xml
+
+# The long end-to-end tests `make test` leaves out (marked `long`: a whole cluster made over SSH,
+# a second attempt held back by a stopped kubelet, the server as a Pod, an image pushed to two
+# hosts, a spot preemption, a hostile job in a container, failover on a shared SQLite file).
+test-long: lint $(TORCH_STAMP) system-deps containers k8s web
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m long
 
 # A cloud machine that installs shoal from the server's wheelhouse for real (docs/cloud.md): about
 # a minute of pip install, so not in the default run, which covers the bootstrap's other modes.

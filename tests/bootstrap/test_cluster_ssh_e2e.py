@@ -74,6 +74,7 @@ def shoal(
     )
 
 
+@pytest.mark.long  # `make test-long` (the default run has this feature's other tests)
 def test_create_runs_a_job_on_the_host_status_and_delete_leave_nothing(
     lab_sshd: tuple[NetnsLab, SshdHost], tmp_path: Path
 ) -> None:

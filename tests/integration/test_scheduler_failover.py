@@ -146,7 +146,7 @@ def _reason(server: Server, job_id: str) -> str:
     return str(answer.get("code") or "")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.long), "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"

@@ -416,6 +416,7 @@ def test_the_start_barrier_holds_each_task_until_every_peer_answers(
         wait_for(lambda: not bar.own_pods(), 30, "the jobs' Pods deleted")
 
 
+@pytest.mark.long  # `make test-long` (the default run has this feature's other tests)
 def test_the_deployment_manifest_runs_the_server_in_a_pod_on_the_node(
     plane: ControlPlane, node: RealNode, tmp_path: Path
 ) -> None:
@@ -529,6 +530,7 @@ OUT_OF_SERVICE = {
 }
 
 
+@pytest.mark.long  # `make test-long` (the default run has this feature's other tests)
 def test_a_stopped_kubelet_starts_no_second_attempt_until_the_pod_is_confirmed_gone(
     shoal: KubeShoal, node: RealNode
 ) -> None:

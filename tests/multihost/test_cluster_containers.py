@@ -67,6 +67,7 @@ def _images_in(env: dict[str, str], scratch: Path) -> str:
     ).stdout
 
 
+@pytest.mark.long  # `make test-long` (the default run has this feature's other tests)
 def test_a_container_job_on_two_hosts_after_an_image_push(
     make_rack: MakeRack, tmp_path: Path
 ) -> None:

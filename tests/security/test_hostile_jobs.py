@@ -168,7 +168,9 @@ def _records(log: str) -> list[dict[str, object]]:
     return [json.loads(line[line.index("{") :]) for line in log.splitlines() if "{" in line]
 
 
-@pytest.mark.parametrize("runtime", ["process", "container"])
+@pytest.mark.parametrize(
+    "runtime", ["process", pytest.param("container", marks=pytest.mark.long)]
+)  # container: `make test-long`
 def test_a_hostile_job_is_refused_everything_and_changes_nothing(
     make_rack: MakeRack, tmp_path: Path, runtime: str
 ) -> None:
