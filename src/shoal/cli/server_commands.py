@@ -419,3 +419,12 @@ def _checked_cloud_file(path: Path | None, join_url: str | None) -> Path | None:
     pools = ", ".join(f"{p.name} ({p.min_nodes}-{p.max_nodes})" for p in config.pools)
     console.print(f"cloud pools of {config.cluster}: {pools or 'none'}", markup=False)
     return path
+
+
+def _register_move_store() -> None:
+    from shoal.cli.store_commands import move_store
+
+    server_app.command("move-store")(move_store)
+
+
+_register_move_store()
