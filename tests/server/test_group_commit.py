@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import Column, Integer, MetaData, Table, Text, event, text
 from sqlalchemy.orm import Session
 
 from shoal.server.context import ApiError
@@ -21,8 +21,11 @@ from shoal.store.db import Database, sqlite_url
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Database]:
     database = Database(sqlite_url(tmp_path))
+    notes = Table(  # the id numbered by the store, whichever it is
+        "notes", MetaData(), Column("id", Integer, primary_key=True), Column("body", Text)
+    )
     with database.engine.begin() as connection:
-        connection.execute(text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"))
+        notes.create(connection)
     yield database
     database.dispose()
 
