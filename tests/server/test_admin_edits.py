@@ -4,6 +4,7 @@ nothing; ``user delete`` with active jobs. In process (real SQLite and FastAPI, 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,10 @@ def test_no_sentinel_for_resources_a_vc_does_not_limit(api: TestClient) -> None:
 
 
 SETTING_VALUES: dict[str, st.SearchStrategy[Any]] = {
-    "description": st.text(max_size=20),
+    # text a store can keep (a NUL is refused: test_text_no_store_can_keep_is_refused)
+    "description": st.text(
+        st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=20
+    ),
     "guarantee_cpu": st.none() | st.integers(0, 4).map(float),
     "guarantee_memory_mib": st.none() | st.integers(0, 4096),
     "guarantee_gpu": st.integers(2, 4),
@@ -258,3 +262,22 @@ def test_user_without_active_jobs_is_deleted_at_once(api: TestClient) -> None:
     make_user(api, "carol")
     deleted = api.delete("/api/v1/users/carol")
     assert deleted.status_code == 200 and deleted.json() == {"name": "carol", "stoppedJobs": []}
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "\ud800"])
+def test_text_no_store_can_keep_is_refused(api: TestClient, text: str) -> None:
+    """A NUL (PostgreSQL refuses it in text) or a lone surrogate: 422 naming the field, nothing
+    written, on either store."""
+    made = api.post(f"{VC}/team-n", json={"description": "kept"})
+    assert made.status_code == 201, made.text
+    as_json = {"Content-Type": "application/json"}  # JSON's \u escapes: what clients send
+    refused = api.patch(f"{VC}/team-n", content=json.dumps({"description": text}), headers=as_json)
+    assert refused.status_code == 422, refused.text
+    assert "description holds a NUL character" in refused.json()["message"]
+    assert api.get(f"{VC}/team-n").json()["description"] == "kept"
+    user = api.post(
+        "/api/v1/users",
+        content=json.dumps({"name": "nul-user", "password": f"long-pass-{text}"}),
+        headers=as_json,
+    )
+    assert user.status_code == 422, user.text

@@ -4,17 +4,18 @@ secret ever lands in it."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
 from shoal.server.settings import ServerSettings
+from shoal.store.db import Database, sqlite_url
 from tests.server.migrations import MigrationSteps
 from tests.server.test_exec_sessions import refusal, running_job
 
@@ -179,8 +180,13 @@ def test_no_secret_is_ever_written_to_the_log(api: TestClient, home: Path) -> No
     api.patch("/api/v1/users/frank", json={"password": "another-pass-9"})
     api.post("/api/v2/authn/basic/login", data={"username": "frank", "password": "wrong-pass-7"})
     minted = api.post("/api/v1/tokens", json={"label": "x"}).json()["token"]
-    with sqlite3.connect(home / "shoal.db") as raw:
-        dump = "\n".join(str(row) for row in raw.execute("SELECT * FROM audit_events"))
+    db = Database(sqlite_url(home))  # the home's store (tests/server/conftest.py)
+    try:
+        with db.read() as session:
+            rows = session.execute(text("SELECT * FROM audit_events")).all()
+    finally:
+        db.dispose()
+    dump = "\n".join(str(tuple(row)) for row in rows)
     for secret in ("hunter2-long", "another-pass-9", "wrong-pass-7", frank, minted):
         assert secret not in dump
     assert "passwordChanged" in dump or "changed" in dump
@@ -195,6 +201,7 @@ def test_migration_0023_adds_and_drops_the_audit_table(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.sqlite_only  # backups copy a SQLite store
 def test_a_backup_is_recorded(api: TestClient) -> None:
     taken = api.get("/api/v1/admin/backup")
     assert taken.status_code == 200, taken.text

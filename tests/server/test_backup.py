@@ -33,6 +33,8 @@ HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
 OLDER = "0020"  # any revision before the head
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    command: python main.py\n"
 
+pytestmark = pytest.mark.sqlite_only  # backups copy a SQLite store (docs/postgresql.md)
+
 
 def make_code_archive() -> bytes:
     buffer = io.BytesIO()

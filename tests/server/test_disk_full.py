@@ -22,6 +22,8 @@ from tests.tmpfs import MiB, fill, integrity, mounted_tmpfs
 
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    command: echo hi\n"
 
+pytestmark = pytest.mark.sqlite_only  # SQLite's own disk-full errors
+
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:

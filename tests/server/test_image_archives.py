@@ -97,6 +97,7 @@ def test_image_names_get_latest_and_refuse_digests_and_bad_shapes() -> None:
             normalise_name(bad)
 
 
+@pytest.mark.sqlite_only  # SQLite's batch migration and sqlite_master
 def test_migration_0021_adds_and_drops_the_image_tables_and_keeps_the_triggers(
     tmp_path: Path,
 ) -> None:

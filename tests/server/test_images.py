@@ -6,7 +6,6 @@ runtime a job gets, OpenPAI and MARO images by name, and what an agent may downl
 from __future__ import annotations
 
 import io
-import sqlite3
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -15,10 +14,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from shoal.protocol import image_blob_path
 from shoal.server.app import create_app, prepare
 from shoal.server.settings import ServerSettings
+from shoal.store.db import Database, sqlite_url
+from shoal.store.models import Job
 from tests.image_archives import (
     docker_archive,
     image_id_of,
@@ -66,11 +68,15 @@ def job(client: TestClient, token: str, job_id: str) -> dict[str, Any]:
 
 
 def stored_runtime(home: Path, job_id: str) -> str | None:
-    with sqlite3.connect(home / "shoal.db") as db:
-        (spec,) = db.execute(
-            "SELECT json_extract(spec, '$.runtime') FROM jobs WHERE id = ?", (job_id,)
-        ).fetchone()
-    return spec
+    db = Database(sqlite_url(home))  # the home's store (tests/server/conftest.py)
+    try:
+        with db.read() as session:
+            spec = session.scalar(select(Job.spec).where(Job.id == job_id))
+    finally:
+        db.dispose()
+    assert spec is not None
+    runtime = spec.get("runtime")
+    return None if runtime is None else str(runtime)
 
 
 # ---- push, list, remove ----

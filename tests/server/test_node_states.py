@@ -142,6 +142,7 @@ def test_a_silent_node_is_not_ready_and_keeps_its_hold(
     assert kinds == ["registered", "drain", "heartbeats_missed", "came_back"]
 
 
+@pytest.mark.sqlite_only  # an older store is a SQLite file
 def test_lost_rows_of_an_older_store_read_as_not_ready(tmp_path: Path) -> None:
     db = Database(sqlite_url(tmp_path))
     config = Config()

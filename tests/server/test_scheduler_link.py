@@ -11,6 +11,7 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
 from shoal.core.queueindex import QueueIndex
@@ -23,6 +24,7 @@ from shoal.store.db import Database, sqlite_url
 HOLDER = """
 import sys, time
 from pathlib import Path
+import pytest
 from sqlalchemy import text
 from shoal.store.db import Database
 db = Database(sys.argv[1])
@@ -42,6 +44,7 @@ def _wait_for(path: Path, timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.sqlite_only  # SQLite's file lock (PostgreSQL's: tests/store)
 def test_a_writer_in_another_process_waits_for_the_write_lock(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path)
     locked, release = tmp_path / "locked", tmp_path / "release"
@@ -73,6 +76,7 @@ def test_a_writer_in_another_process_waits_for_the_write_lock(tmp_path: Path) ->
         holder.wait(30)
 
 
+@pytest.mark.sqlite_only  # SQLite's file lock (PostgreSQL's: tests/store)
 def test_a_write_inside_a_write_keeps_the_lock_until_the_outer_one_ends(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path)
     db = Database(url)

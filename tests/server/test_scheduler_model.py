@@ -145,6 +145,7 @@ def _job(ctx: ServerContext, job_id: str) -> Job:
         return job
 
 
+@pytest.mark.sqlite_only  # sqlite_master (PostgreSQL's triggers: tests/store)
 def test_every_change_feed_trigger_exists_at_the_head_migration(ctx: ServerContext) -> None:
     """A later migration that rebuilds jobs, tasks, nodes or virtual_clusters (SQLite's batch
     mode copies the table) drops its triggers; it must create them again."""

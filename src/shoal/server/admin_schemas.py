@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shoal.core.aging import MAX_LEVELS, AgingError, check_thresholds
+from shoal.server.schemas import UsableText
 
 # ---- virtual clusters ----
 
@@ -42,7 +43,7 @@ class AgingSetting(BaseModel):
         return value
 
 
-class VirtualClusterIn(BaseModel):
+class VirtualClusterIn(UsableText):  # no NUL: no store can keep it (PostgreSQL refuses)
     # 1e400 reads as inf: no amount of cores (it was an OverflowError, a 500)
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -71,7 +72,7 @@ class VirtualClusterIn(BaseModel):
     )
 
 
-class VirtualClusterPatch(BaseModel):
+class VirtualClusterPatch(UsableText):  # no NUL: no store can keep it (PostgreSQL refuses)
     """The settings to change; a field left out stays as it is, an explicit null returns it
     to its default (not limited, no cap, open to everyone ...)."""
 
@@ -132,7 +133,7 @@ class VirtualClusterOut(BaseModel):
 # ---- users and tokens ----
 
 
-class UserIn(BaseModel):
+class UserIn(UsableText):  # no NUL: no store can keep it (PostgreSQL refuses)
     model_config = ConfigDict(extra="forbid")
 
     name: str
@@ -141,7 +142,7 @@ class UserIn(BaseModel):
     password: str | None = Field(None, description="For OpenPAI-style basic login.")
 
 
-class UserPatch(BaseModel):
+class UserPatch(UsableText):  # no NUL: no store can keep it (PostgreSQL refuses)
     """The user's settings to change; a field left out stays, ``password: null`` removes it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -188,7 +189,7 @@ class NewUser(UserOut):
     token: str = Field(description="The user's first API token; shown once.")
 
 
-class TokenIn(BaseModel):
+class TokenIn(UsableText):  # no NUL: no store can keep it (PostgreSQL refuses)
     model_config = ConfigDict(extra="forbid")
 
     label: str = ""

@@ -53,12 +53,8 @@ def note_preemption(
 
 
 def _requeue_jobs_on(session: Session, node: str, now: float) -> list[str]:
-    query = (
-        select(Job)
-        .join(Task, Task.job_id == Job.id)
-        .where(Task.node == node, Task.state.in_(HOLDING))
-        .distinct()
-    )
+    held = select(Task.job_id).where(Task.node == node, Task.state.in_(HOLDING))
+    query = select(Job).where(Job.id.in_(held))  # no DISTINCT over JSON columns (PostgreSQL)
     requeued = []
     for job in session.scalars(query):
         if job.state != State.RUNNING.value or job.completing is not None or job.stop_requested:
