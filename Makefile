@@ -200,7 +200,7 @@ fuzz: setup
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
 bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api \
-	bench-dashboard bench-kubernetes bench-proxy
+	bench-dashboard bench-kubernetes bench-proxy bench-stores
 
 # The dashboard's pictures in docs/img/ (README, docs/dashboard.md): a throwaway local cluster,
 # photographed page by page with Debian's chromium.
@@ -231,6 +231,10 @@ bench-cli: setup
 # 100,000 finished jobs (bench/api.py; docs/benchmarks.md, "API").
 bench-proxy: setup
 	$(BIN)/python bench/proxy.py
+
+# SQLite and PostgreSQL side by side: submissions/s from 20 clients, job list p99 (docs/postgresql.md)
+bench-stores: setup system-deps
+	$(BIN)/python bench/stores.py
 
 bench-api: setup
 	$(BIN)/python bench/api.py

@@ -23,15 +23,21 @@ from shoal.local.supervisor import alive, free_port
 from shoal.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from shoal.server.app import create_app, prepare
 from shoal.server.settings import ServerSettings
+from shoal.store.db import record_store, store_url
 
 
 class Server:
     """A ``shoal server`` process (``scheduler``: "process" or "thread"; None: the API alone) on
     a free loopback port, in ``home``."""
 
-    def __init__(self, home: Path, scheduler: str | None = "process") -> None:
+    def __init__(
+        self, home: Path, scheduler: str | None = "process", store: str | None = None
+    ) -> None:
         self.home = home
         self.port = free_port()
+        if store is not None:  # the home's store (as `shoal server init --store` records it)
+            home.mkdir(parents=True, exist_ok=True)
+            record_store(home, store_url(store))
         prepare(ServerSettings(home=home, port=self.port, node_timeout_s=3600)).db.dispose()
         if scheduler is not None:
             args = ["-m", "shoal", "server", "--home", str(home), "--port", str(self.port)]

@@ -16,7 +16,7 @@ from sqlalchemy import func, insert, select
 
 from shoal.core.snapshot import JobRequest
 from shoal.spec.loader import load_job_text
-from shoal.store.db import Database, sqlite_url
+from shoal.store.db import Database, home_store
 from shoal.store.models import Event, Job, Node, Task
 from workload import JobFactory  # bench/workload.py, beside this script
 
@@ -53,7 +53,8 @@ ENV = {"PATH": "/home/u/.venv/bin:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-
 
 
 def database(home: Path) -> Database:
-    return Database(sqlite_url(home))
+    """The home's store: SQLite in it, or what ``store.url`` names (docs/postgresql.md)."""
+    return Database(home_store(home))
 
 
 def _chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:

@@ -103,8 +103,9 @@ class PgCluster:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_cluster() -> PgCluster:
-    """initdb and start; the directory is removed again if either fails."""
+def start_cluster(durable: bool = False) -> PgCluster:
+    """initdb and start; the directory is removed again if either fails. ``durable``: fsync
+    and synchronous commits on, as a production server runs (benchmarks)."""
     bin_dir = binaries()
     assert bin_dir is not None
     directory = Path(tempfile.mkdtemp(prefix="shoal-pg-"))
@@ -119,7 +120,7 @@ def start_cluster() -> PgCluster:
         assert init.returncode == 0, f"initdb: {init.stderr}"
         options = " ".join(
             [f"-c listen_addresses=127.0.0.1 -p {cluster.port} -k {cluster.data}"]
-            + [f"-c {setting}" for setting in SETTINGS]
+            + [f"-c {setting}" for setting in SETTINGS if not durable or "max_conn" in setting]
         )
         started = subprocess.run(
             [str(bin_dir / "pg_ctl"), "-D", str(cluster.data), "-o", options,

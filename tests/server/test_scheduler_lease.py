@@ -5,6 +5,7 @@ under ``make test-postgresql``), each with its own home, clocks the test moves b
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,10 +90,18 @@ def test_one_server_holds_the_lease_and_another_takes_it_only_once_it_expired(
 def test_a_server_started_again_takes_its_own_lease_back_at_once(
     first: ServerContext, clock: Clock
 ) -> None:
-    """A killed server's lease does not hold its own restart up: same host and home."""
+    """A killed server's lease does not hold its own restart up (same host and home, the old
+    run's process gone); a run of the same home still alive keeps it until it expires."""
     before = LeaseKeeper(first)
     assert before.hold() is not None
-    again = LeaseKeeper(first)  # a new run (a new scheduler process, or the server restarted)
+    again = LeaseKeeper(first)  # a second run while the first's process (this one) lives
+    assert again.hold() is None
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # reaped: its pid names no process now, as a killed server's
+    with first.db.write() as session:
+        row = session.get(SchedulerLeaseRow, "scheduler")
+        assert row is not None
+        row.incarnation = f"{ended.pid}-killed"
     held = again.hold()
     assert held is not None and held.token == 2 and held.fresh
 

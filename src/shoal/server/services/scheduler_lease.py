@@ -6,8 +6,9 @@ one-writer-at-a-time lock makes every decision about it atomic:
 
 - nobody holds it, or it has expired: take it, with the fencing token one higher;
 - this scheduler holds it: renew it (a third of the way through, so not every cycle writes);
-- the same server (host and home) holds it with an earlier run, say one killed before it could
-  let go: take it at once, token raised, rather than wait out the dead run's lease;
+- the same server (host and home) holds it with an earlier run whose process is gone (killed
+  before it could let go): take it at once, token raised, rather than wait out a dead run's
+  lease (a run still alive keeps it until it expires);
 - another server holds it and it has not expired: do not schedule; ask again later.
 
 ``check``, called first in every plan's write transaction, refuses the plan (``StaleLeader``)
@@ -21,6 +22,7 @@ Kubernetes' leases do.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import uuid
 from dataclasses import dataclass
@@ -48,7 +50,7 @@ class LeaseKeeper:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self.holder = f"{socket.gethostname()}:{ctx.settings.home}"
-        self.incarnation = uuid.uuid4().hex
+        self.incarnation = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"  # pid first: see _gone
         self.token: int | None = None
         self.ever_held = False
         self._renew_at = 0.0  # our clock: when the lease is renewed next
@@ -84,7 +86,7 @@ class LeaseKeeper:
         if row.incarnation == self.incarnation and row.token == self.token:
             row.expires_at = expires
             return Held(row.token, fresh=False)
-        if row.holder == self.holder or row.expires_at <= now:
+        if row.expires_at <= now or (row.holder == self.holder and _gone(row.incarnation)):
             row.holder, row.incarnation = self.holder, self.incarnation
             row.token, row.expires_at, row.acquired_at = row.token + 1, expires, now
             return Held(row.token, fresh=True)
@@ -121,3 +123,18 @@ class LeaseKeeper:
             if row is not None and row.incarnation == self.incarnation:
                 row.expires_at = 0.0
         self.token = None
+
+
+def _gone(incarnation: str) -> bool:
+    """Whether the process of a run of this same host (its pid leads ``incarnation``) has
+    ended; a run of unknown shape counts as alive."""
+    pid_text = incarnation.split("-", 1)[0]
+    if not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
