@@ -3,7 +3,7 @@ usage. The other bodies are in server/schemas.py; the OpenAPI snapshot guards bo
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -134,6 +134,7 @@ class VirtualClusterOut(BaseModel):
 
 
 class UserIn(UsableText):  # no NUL: no store can keep it (PostgreSQL refuses)
+    unchecked_text: ClassVar[frozenset[str]] = frozenset({"name"})  # 400 NameInvalid, as ever
     model_config = ConfigDict(extra="forbid")
 
     name: str
