@@ -17,6 +17,7 @@ from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
 from shoal.server.loop import run_cycle
 from shoal.server.services.scheduler_lease import LeaseKeeper, StaleLeader
+from shoal.server.services.silent_nodes import lose_silent_nodes
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database
 from shoal.store.models import Job, SchedulerLeaseRow
@@ -136,6 +137,10 @@ def test_a_paused_schedulers_plan_is_refused_and_the_new_leader_places_the_job(
         run_cycle(first, check_nodes=False)  # its plan admits the job: refused
     with first.db.read() as session:
         assert session.scalar(select(Job.state).where(Job.id == job_id)) == "WAITING"
+    clock.now += first.settings.node_timeout_s + 1  # n0 is late now: losing it is a write too
+    with pytest.raises(StaleLeader):
+        lose_silent_nodes(first)
+    clock.now -= first.settings.node_timeout_s + 1
     assert run_cycle(second, check_nodes=False) == 1
     with second.db.read() as session:
         assert session.scalar(select(Job.state).where(Job.id == job_id)) != "WAITING"

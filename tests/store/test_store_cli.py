@@ -36,6 +36,8 @@ def shoal(*args: str) -> tuple[int, str]:
     [
         ("mysql://u:sekret@h/db", "mysql is not a store shoal supports"),
         ("postgresql://u:sekret@127.0.0.1:1/db", "cannot open the store postgresql://u:***@"),
+        ("postgresql://u:se@kret@127.0.0.1/db", "percent-encode an @ in the password as %40"),
+        ("postgresql://u:sekret@127.0.0.1:port/db", "is not a database URL"),
     ],
 )
 def test_a_store_that_cannot_be_used_is_refused_naming_it(
@@ -71,3 +73,18 @@ def test_init_with_a_postgresql_store_records_it_and_makes_the_admin_there(
     code, out = shoal("server", "init", "--home", str(home))  # again: the recorded store
     assert code == 0, out
     assert not (home / "shoal.db").exists()
+
+
+def test_init_with_a_store_refuses_a_home_whose_cluster_is_elsewhere(
+    tmp_path: Path, pg_store: str
+) -> None:
+    """A home with a SQLite cluster: `init --store` would start an empty one beside it."""
+    home = tmp_path / "home"
+    code, out = shoal("server", "init", "--home", str(home), "--host", "127.0.0.1")
+    assert code == 0, out
+    token = (home / "admin.token").read_text()
+    code, out = shoal("server", "init", "--home", str(home), "--store", pg_store)
+    assert code == 1, out
+    assert "move-store" in out
+    assert not (home / "store.url").exists()
+    assert (home / "admin.token").read_text() == token

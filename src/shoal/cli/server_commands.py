@@ -115,6 +115,8 @@ def init(
     files = PkiFiles.of(home)
     _refuse_half_ca(files)
     url = _checked_store(store, reach=True) if store is not None else None
+    if url is not None:
+        _refuse_another_store(home, url)
     if files.ca_cert.exists():
         console.print(f"CA kept: {files.ca_cert} (never replaced; `init` only adds hosts)")
     else:
@@ -157,6 +159,20 @@ def _admin_token(home: Path, store: str | None) -> None:
         record_store(home, store)
         console.print(f"store: {safe_url(store)} (in {home / 'store.url'}, mode 0600)")
     console.print(f"admin user 'admin', token in {home / ADMIN_TOKEN_FILE} (mode 0600)")
+
+
+def _refuse_another_store(home: Path, url: str) -> None:
+    """`init --store` on a home whose cluster lives in another store would start an empty
+    cluster beside it (and a new admin token): moving is `move-store`'s job."""
+    from shoal.store.db import STORE_FILE, home_store, safe_url, sqlite_url
+
+    current = home_store(home)
+    recorded = (home / STORE_FILE).exists()
+    if (recorded and current != url) or (not recorded and (home / "shoal.db").exists()):
+        raise fail(
+            f"{home} keeps its cluster in {safe_url(current if recorded else sqlite_url(home))}: "
+            f"to move it, `shoal server move-store --home {home} --to URL`"
+        )
 
 
 def _checked_store(store: str, reach: bool = False) -> str:

@@ -66,7 +66,7 @@ class Follower:
                     if getattr(exc, "status", None) == 404:
                         return  # the Pod is gone: what was sent is all there is
                     log.debug("log of %s: %s", self.name, exc)
-                if self.ended() and self._read_rest():
+                if self._abandoned.is_set() or (self.ended() and self._read_rest()):
                     return
                 self.stopping.wait(retry)
                 retry = min(retry * 2, MAX_RETRY_S)

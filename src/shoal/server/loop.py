@@ -119,6 +119,8 @@ def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> Non
     if now - state.forgot_at >= FORGET_CHANGES_S and state.model.seq > state.forgot_seq:
         state.forgot_at, state.forgot_seq = now, state.model.seq  # no write when nothing new
         with ctx.db.write() as session:
+            if ctx.scheduler_lease is not None:  # a stale scheduler must not eat the feed
+                ctx.scheduler_lease.check(session)
             state.model.forget_processed(session)
 
 

@@ -31,7 +31,7 @@ from shoal.server.notify import NodeNews
 from shoal.server.positions import Positions, QueuePositions
 from shoal.server.scheduler_link import Message, Outbox
 from shoal.server.settings import ServerSettings
-from shoal.store.db import Database, sqlite_url
+from shoal.store.db import Database, home_store
 
 log = logging.getLogger("shoal.scheduler")
 LOCK_FILE = "scheduler.lock"
@@ -58,7 +58,7 @@ class SchedulerChild:
     def __init__(self, connection: Connection, settings: ServerSettings) -> None:
         self.connection = connection
         self.outbox = Outbox(connection, "shoal-scheduler-link")
-        db = Database(settings.database_url or sqlite_url(settings.home))
+        db = Database(settings.database_url or home_store(settings.home))
         self.ctx = ServerContext(settings=replace(settings, scheduler="thread"), db=db)
         self.ctx.agent_work = _ForwardedNews(self.outbox)
         self.ctx.scheduler_state = SchedulerState(freeze_heap=True, on_positions=self._positions)

@@ -41,15 +41,21 @@ def store_url(url: str) -> str:
     ``StoreUrlError`` saying what is accepted."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
+        parsed.port  # noqa: B018 - a port that is not a number raises here
+    except (ArgumentError, ValueError):
+        shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)  # no password, even unparsed
         raise StoreUrlError(
-            f"--store {url!r} is not a database URL: use postgresql://USER:PASSWORD@HOST:PORT/DB "
-            "or sqlite:///PATH"
+            f"--store {shown!r} is not a database URL: use "
+            "postgresql://USER:PASSWORD@HOST:PORT/DB or sqlite:///PATH"
         ) from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         return url
     if backend in ("postgresql", "postgres"):
+        if "@" in (parsed.host or ""):
+            raise StoreUrlError(
+                "--store: the URL has more than one @: percent-encode an @ in the password as %40"
+            )
         return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     raise StoreUrlError(
         f"--store {safe_url(url)}: {backend} is not a store shoal supports; use "
@@ -87,7 +93,8 @@ def open_problem(url: str, exc: BaseException) -> str | None:
             f"the store {safe_url(url)} needs the PostgreSQL driver: "
             "pip install 'shoal[postgresql]'"
         )
-    if isinstance(exc, OperationalError):  # refused, unknown host or database, bad password
+    if isinstance(exc, OperationalError) and not url.startswith("sqlite"):  # refused, unknown
+        # host or database, bad password (SQLite's own errors keep their traceback)
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         return f"cannot open the store {safe_url(url)}: {reason}"
     return None
@@ -188,6 +195,18 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 _PG_WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
+_PG_MIGRATE_LOCK = text(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY + 1})")
+_SQLITE_CONNECT = {"check_same_thread": False, "timeout": 10}
+# A writer that stops (SIGSTOP, a frozen VM, a cut network) must not hold every server's write
+# lock for ever: PostgreSQL ends a session idle in its transaction after 30 s (its lock goes
+# with it), and TCP keepalives find a peer that vanished within about 25 s.
+_PG_CONNECT = {
+    "options": "-c idle_in_transaction_session_timeout=30000",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
 
 
 class Database:
@@ -199,7 +218,7 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         self.engine: Engine = create_engine(
             url,
-            connect_args={"check_same_thread": False, "timeout": 10} if self.is_sqlite else {},
+            connect_args=_SQLITE_CONNECT if self.is_sqlite else _PG_CONNECT,
             pool_size=5 if self.is_sqlite else 8,
             pool_pre_ping=not self.is_sqlite,  # a restarted PostgreSQL: reconnect, not fail once
         )
@@ -222,7 +241,9 @@ class Database:
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
-            config.attributes["connection"] = connection
+            if not self.is_sqlite:  # servers starting together: one migrates, the others wait
+                connection.execute(_PG_MIGRATE_LOCK)  # then find the head reached (Alembic reads
+            config.attributes["connection"] = connection  # the version after the lock)
             command.upgrade(config, "head")
 
     def _at_head(self) -> bool:

@@ -2,11 +2,11 @@
 
 Triggers (migration 0017) note every change to what pages show (a job's or task's state, node,
 resources; a node's state; a VC) in ``sched_changes``, whichever process wrote it (the API, the
-scheduler, an agent's report). The table's counter (SQLite's AUTOINCREMENT in ``sqlite_sequence``,
-PostgreSQL's sequence) only ever grows, even after the scheduler deletes the rows it read, so it
-is a cheap and exact "something changed" signal: one indexed row read per interval for the
-whole server, and only while a page listens. Each page then reloads what it shows
-(``routers/stream.py``)."""
+scheduler, an agent's report). The table's counter (SQLite's AUTOINCREMENT in ``sqlite_sequence``;
+on PostgreSQL the largest committed number, below) moves with every change, even after the
+scheduler deletes the rows it read, so it is a cheap "something changed" signal: one indexed row
+read per interval for the whole server, and only while a page listens. Each page then reloads
+what it shows (``routers/stream.py``)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from starlette.concurrency import run_in_threadpool
 from shoal.store.db import Database
 
 _GENERATION = text("SELECT seq FROM sqlite_sequence WHERE name = 'sched_changes'")
-# A sequence not yet used says is_called = false (its last_value is the first one to come)
-_PG_GENERATION = text(
-    "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM sched_changes_seq_seq"
-)
+# PostgreSQL's sequence moves when a number is taken, before its transaction commits: a page
+# could reload before the change is visible and then not again. The largest committed number
+# moves only with commits (and back when the scheduler deletes rows it read: a page then
+# reloads once for nothing, never misses a change).
+_PG_GENERATION = text("SELECT coalesce(max(seq), 0) FROM sched_changes")
 
 
 class ChangeWatch:

@@ -35,6 +35,8 @@ def lose_silent_nodes(ctx: ServerContext) -> bool:
         return False
     lost: list[str] = []
     with ctx.db.write() as session:
+        if ctx.scheduler_lease is not None:  # a scheduler paused past its lease decides nothing
+            ctx.scheduler_lease.check(session)
         for node in session.scalars(
             select(Node).where(Node.state == "READY", Node.last_seen < cutoff)
         ):
