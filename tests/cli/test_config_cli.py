@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -183,10 +184,10 @@ def test_completion_is_on(tmp_path: Path) -> None:
         check=False,
     )
     assert done.stdout.split() == ["config"], done.stderr
-    # typer finds the shell by looking at the parent processes, falling back to $SHELL: under a
-    # pytest-xdist worker there is no shell parent, so name it.
+    # typer finds the shell by looking at the parent processes (under `make test`, make's
+    # /bin/sh, which it does not support), falling back to $SHELL: run it from bash.
     shown = subprocess.run(
-        [sys.executable, "-m", "shoal", "--show-completion", "bash"],
+        ["/bin/bash", "-c", f"{shlex.quote(sys.executable)} -m shoal --show-completion bash; exit"],
         capture_output=True,
         text=True,
         env={**os.environ, "SHELL": "/bin/bash"},

@@ -43,7 +43,7 @@ def server(
     port = free_port()
     argv = [
         sys.executable, "-m", "shoal", "server", "start", "--home", str(home),
-        "--host", "127.0.0.1", "--port", str(port), "--kubernetes",
+        "--host", "127.0.0.1", "--port", str(port), "--proxy-port", "0", "--kubernetes",
         "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
     ]  # fmt: skip
     with open(tmp_path / "server.out", "ab") as out:
@@ -56,7 +56,18 @@ def server(
         ca=str(home / "pki" / "ca.crt"),
     )
     try:
-        wait_for(lambda: (home / "admin.token").exists() and client.health(), 60, "the server")
+
+        def answering() -> bool:
+            if process.poll() is not None:  # said now, with its output, not after a minute
+                output = (tmp_path / "server.out").read_text(errors="replace")
+                raise AssertionError(f"the server exited {process.returncode}:\n{output}")
+            return (home / "admin.token").exists() and client.health()
+
+        try:
+            wait_for(answering, 90, "the server")
+        except TimeoutError as exc:
+            output = (tmp_path / "server.out").read_text(errors="replace")
+            raise AssertionError(f"{exc}; its output:\n{output[-3000:]}") from None
         client = ShoalClient(
             client.url, (home / "admin.token").read_text().strip(), ca=str(home / "pki" / "ca.crt")
         )

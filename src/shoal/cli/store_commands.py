@@ -49,8 +49,8 @@ def move_store(
         highlight=False,
     )
     console.print(
-        f"{home} now uses {safe_url(target_url)} (in {home / 'store.url'}); the old store is "
-        "left as it was. Start the server as before.",
+        f"the home {home} now uses {safe_url(target_url)} (in {home / 'store.url'}); the old "
+        "store is left as it was. Start the server as before.",
         markup=False,
         highlight=False,
     )
