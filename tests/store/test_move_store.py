@@ -4,11 +4,9 @@ new rows take new ids. A target that holds rows already is refused, and nothing 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -16,16 +14,7 @@ from shoal.cli.main import app
 from shoal.server.app import create_app, prepare
 from shoal.server.settings import ServerSettings
 from shoal.store.db import home_store, sqlite_url, store_url
-from tests.envs import is_user_setting
 from tests.server.test_api import JOB, register_node
-
-
-@pytest.fixture(autouse=True)
-def clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if is_user_setting(key):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("SHOAL_CONFIG", str(tmp_path / "config.yaml"))
 
 
 def _client(home: Path, token: str, scheduler: bool) -> tuple[TestClient, object]:

@@ -4,7 +4,6 @@ PostgreSQL store is migrated, gets the admin user, and is recorded (mode 0600) f
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
@@ -15,15 +14,6 @@ from typer.testing import CliRunner
 from shoal.cli.main import app
 from shoal.store.db import Database, home_store, store_url
 from shoal.store.models import User
-from tests.envs import is_user_setting
-
-
-@pytest.fixture(autouse=True)
-def clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if is_user_setting(key):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("SHOAL_CONFIG", str(tmp_path / "config.yaml"))
 
 
 def shoal(*args: str) -> tuple[int, str]:
