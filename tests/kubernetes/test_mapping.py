@@ -3,6 +3,7 @@ Secret), a Pod's state as shoal's running and exit reports."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -169,10 +170,33 @@ def test_secrets_go_to_a_secret_and_plain_commands_stay_inline() -> None:
 
 def test_names_fit_a_dns_label_and_stay_unique_per_attempt() -> None:
     long = order(job_id="x" * 200, role="r" * 200)
-    name = pods.pod_name(long)
+    name = pods.pod_name(long, "shoal")
     assert len(name) <= 63 and name.endswith("-3-41-2")
-    assert pods.pod_name(order(attempt_id="41.3")) != pods.pod_name(order())
+    assert pods.pod_name(order(attempt_id="41.3"), "shoal") != pods.pod_name(order(), "shoal")
     assert len(pods.label_value("a" * 100)) <= 63
+    other = pods.pod_name(long, "i" * 63)
+    assert len(other) <= 63 and other.endswith("-3-41-2") and other.startswith("shoal-iiii")
+
+
+def test_two_instances_in_one_namespace_share_no_object_name() -> None:
+    """Both number their jobs from 1: job 1 of each has its own owner, Pods and Service (one
+    deleting its owner must not garbage-collect the other's Pods)."""
+    instances = ["shoal", "shoal-bar", "bar", "team.b", "team-b", "x" * 63, "x" * 62 + "y"]
+    owners = {pods.owner_name("1", i) for i in instances}
+    names = {pods.pod_name(order(job_id="1"), i) for i in instances}
+    assert len(owners) == len(names) == len(instances)
+    assert pods.owner_name("1", "shoal") == "shoal-job-1"  # the default keeps its names
+    assert pods.owner_name("1", "bar") == "shoal-bar-job-1"
+    for name in owners | names:
+        assert re.fullmatch(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?", name), name
+    dotted = KubernetesOptions(namespace="ml", network="pod", instance="team.b")
+    built = pods.pod(order(job_id="17"), dotted, {"name": pods.owner_name("17", "team.b")})
+    pattern = agent_node(node(), None, dotted).task_address
+    assert pattern is not None
+    address = task_address(pattern, "17", order().role, order().index)
+    spec = built["spec"]
+    assert address == f"{spec['hostname']}.{spec['subdomain']}.ml.svc.cluster.local"
+    assert built["metadata"]["labels"]["shoal.dev/instance"] == "team.b"
 
 
 def test_code_and_data_come_through_an_init_container_with_the_attempts_credential() -> None:

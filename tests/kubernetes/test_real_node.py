@@ -259,7 +259,7 @@ def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
         job_id = pod_shoal.client.submit(PING_PONG)[0]["id"]
 
         def service() -> object:
-            return pod_shoal.core.read_namespaced_service(f"shoal-job-{job_id}", "shoal")
+            return pod_shoal.core.read_namespaced_service(f"shoal-shoal-pod-job-{job_id}", "shoal")
 
         headless = wait_for(service, 60, "the job's headless Service")  # made at its launch
         assert headless.spec.cluster_ip == "None" and headless.spec.publish_not_ready_addresses
@@ -270,7 +270,7 @@ def test_pod_network_host_lists_carry_dns_names_that_reach_the_peers(
         assert done["state"] == "SUCCEEDED", (done, logs)
         assert logs == {"server": "served\n", "client": "pong from 0\n"}
         server = next(t for t in done["tasks"] if t["role"] == "server")
-        assert server["address"] == f"server-0.shoal-job-{job_id}.shoal.svc.cluster.local"
+        assert server["address"] == f"server-0.shoal-shoal-pod-job-{job_id}.shoal.svc.cluster.local"
         # the Service goes with the job's owner once its last Pod is deleted
         wait_for(lambda: not pod_shoal.own_pods(), 30, "the job's Pods deleted")
 

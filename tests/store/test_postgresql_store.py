@@ -36,7 +36,7 @@ def test_the_migrations_make_every_table_and_the_change_feeds_triggers(pg_store:
                 ).scalars()
             )
         wanted = {f"sched_{t}_{w}" for t in WATCHED for w in ("insert", "update", "delete")}
-        assert triggers == wanted
+        assert triggers == wanted | {"sched_changes_notice"}  # 0032: NOTIFY the other servers
         db.migrate()  # at head: nothing to do
     finally:
         db.dispose()

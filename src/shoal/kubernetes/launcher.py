@@ -70,7 +70,9 @@ class Launcher:
                 if secret is not None:
                     self._create(self.core.create_namespaced_secret, secret)
                 self._create(self.core.create_namespaced_pod, pod(order, self.options, owner))
-                self._live.setdefault(order.job_id, set()).add(pod_name(order))
+                self._live.setdefault(order.job_id, set()).add(
+                    pod_name(order, self.options.instance)
+                )
             except Exception as exc:
                 status = _status(exc)
                 if status is not None and 400 <= status < 500 and status not in (409, 429):
@@ -108,7 +110,7 @@ class Launcher:
     def _owner(self, order: LaunchOrder) -> Any:
         """The job's owner ConfigMap, holding this job attempt's host list."""
         body = owner_config_map(order, self.options)
-        name = owner_name(order.job_id)
+        name = owner_name(order.job_id, self.options.instance)
         self.requests += 1
         try:
             return self.core.create_namespaced_config_map(self.options.namespace, body)
@@ -161,7 +163,10 @@ class Launcher:
                 self._live.pop(job_id, None)
             if last_of_job and not live:
                 self._owners.pop(job_id, None)
-                self._delete(self.core.delete_namespaced_config_map, owner_name(job_id))
+                self._delete(
+                    self.core.delete_namespaced_config_map,
+                    owner_name(job_id, self.options.instance),
+                )
 
     def _delete(self, delete: Any, name: str) -> None:
         self.requests += 1

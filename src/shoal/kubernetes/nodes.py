@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from shoal.kubernetes.options import INSTANCE, NODE_OPT_OUT, KubernetesOptions
+from shoal.kubernetes.pods import name_prefix
 from shoal.protocol import AgentNode
 
 GPU = "nvidia.com/gpu"
@@ -211,7 +212,8 @@ def task_address_pattern(options: KubernetesOptions) -> str | None:
     Service (pods.py names both the same way)."""
     if options.network != "pod":
         return None
-    return f"{{role}}-{{index}}.shoal-job-{{job}}.{options.namespace}.svc.{options.cluster_domain}"
+    service = f"{name_prefix(options.instance)}-job-{{job}}"  # pods.owner_name
+    return f"{{role}}-{{index}}.{service}.{options.namespace}.svc.{options.cluster_domain}"
 
 
 def wanted(node: Any) -> bool:

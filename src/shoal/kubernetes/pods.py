@@ -49,9 +49,23 @@ def label_value(text: str) -> str:
     return f"{cleaned[:50].strip('_.-')}-{digest}".strip("-")
 
 
-def owner_name(job_id: str) -> str:
+def name_prefix(instance: str) -> str:
+    """What every object name of one shoal instance starts with: ``shoal`` for the default
+    instance, ``shoal-INSTANCE`` for another. Two instances in one namespace both number their
+    jobs from 1; without it they would share job 1's owner, and one deleting it would make the
+    garbage collector delete the other's Pods. An instance that is not a short DNS label as it
+    is (a dot, or too long) keeps a hash of its exact text."""
+    if instance == "shoal":
+        return "shoal"
+    label = dns_label(instance, 14)
+    if label != instance:
+        label = f"{label}-{hashlib.sha256(instance.encode()).hexdigest()[:6]}"
+    return f"shoal-{label}"
+
+
+def owner_name(job_id: str, instance: str) -> str:
     """The job's owner ConfigMap, and its headless Service in the pod-network mode."""
-    return f"shoal-job-{dns_label(job_id)}"
+    return f"{name_prefix(instance)}-job-{dns_label(job_id)}"
 
 
 def headless_service(
@@ -63,7 +77,7 @@ def headless_service(
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": owner_name(order.job_id),
+            "name": owner_name(order.job_id, options.instance),
             "namespace": options.namespace,
             "labels": common_labels(order, options),
             "ownerReferences": [owner],
@@ -76,11 +90,12 @@ def headless_service(
     }
 
 
-def pod_name(order: LaunchOrder) -> str:
-    """``shoal-JOB-ROLE-INDEX-TASK-ATTEMPT``: readable, and unique per attempt."""
+def pod_name(order: LaunchOrder, instance: str) -> str:
+    """``PREFIX-JOB-ROLE-INDEX-TASK-ATTEMPT`` (``name_prefix``): readable, and unique per
+    attempt and instance."""
     task_id, _, attempt = order.attempt_id.partition(".")
     tail = f"-{order.index}-{task_id}-{attempt}"
-    head = f"shoal-{slug(order.job_id, 16)}-{slug(order.role, 16)}"
+    head = f"{name_prefix(instance)}-{slug(order.job_id, 16)}-{slug(order.role, 16)}"
     return (head[: MAX_NAME - len(tail)].rstrip("-") + tail)[:MAX_NAME]
 
 
@@ -102,7 +117,7 @@ def owner_config_map(order: LaunchOrder, options: KubernetesOptions) -> dict[str
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": owner_name(order.job_id),
+            "name": owner_name(order.job_id, options.instance),
             "namespace": options.namespace,
             "labels": common_labels(order, options),
             "annotations": {names.JOB: order.job_id},
@@ -136,7 +151,7 @@ def attempt_secret(
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {
-            "name": pod_name(order),
+            "name": pod_name(order, options.instance),
             "namespace": options.namespace,
             "labels": {**common_labels(order, options), names.ATTEMPT: order.attempt_id},
             "ownerReferences": [owner],
@@ -145,7 +160,7 @@ def attempt_secret(
     }
 
 
-def _environment(order: LaunchOrder, node_name: str) -> list[dict[str, Any]]:
+def _environment(order: LaunchOrder, node_name: str, secret_name: str) -> list[dict[str, Any]]:
     env = {k: v for k, v in order.env.items() if k not in DEVICE_PLUGIN_VARIABLES}
     env |= {
         "SHOAL_HOSTFILE": f"{META_DIR}/hostfile",
@@ -155,7 +170,7 @@ def _environment(order: LaunchOrder, node_name: str) -> list[dict[str, Any]]:
     }
     listed: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     if order.secrets:
-        ref = {"secretKeyRef": {"name": pod_name(order), "key": SECRET_COMMAND}}
+        ref = {"secretKeyRef": {"name": secret_name, "key": SECRET_COMMAND}}
         listed.append({"name": COMMAND_VARIABLE, "valueFrom": ref})
     return listed
 
@@ -207,7 +222,7 @@ def pod(order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]) -
         "name": names.TASK_CONTAINER,
         "image": order.image_name or options.default_image,
         "command": _argv(order),
-        "env": _environment(order, order.node),
+        "env": _environment(order, order.node, pod_name(order, options.instance)),
         "resources": _resources(order),
         "workingDir": WORKDIR,
         "volumeMounts": [
@@ -244,19 +259,19 @@ def pod(order: LaunchOrder, options: KubernetesOptions, owner: dict[str, Any]) -
             },
         ],
     }
-    helpers = helper_containers(order, options, pod_name(order))
+    helpers = helper_containers(order, options, pod_name(order, options.instance))
     if helpers:
         spec["initContainers"] = helpers
     if order.deadline_s is not None:
         spec["activeDeadlineSeconds"] = max(int(order.deadline_s), 1)
     if options.network == "pod":  # <role>-<index>.<service>: nodes.task_address_pattern
         spec["hostname"] = f"{dns_label(order.role)}-{order.index}"
-        spec["subdomain"] = owner_name(order.job_id)
+        spec["subdomain"] = owner_name(order.job_id, options.instance)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(order),
+            "name": pod_name(order, options.instance),
             "namespace": options.namespace,
             "labels": labels,
             "annotations": {

@@ -66,6 +66,7 @@ from shoal.server.services.blobs import BlobStore
 from shoal.server.services.tunnels import ensure_proxy_key
 from shoal.server.settings import ServerSettings
 from shoal.server.storage import disk_full_answer
+from shoal.server.store_news import StoreNewsListener, install_announcer
 from shoal.server.tls import https_options, serve_live
 from shoal.store.db import Database, home_store
 
@@ -94,6 +95,8 @@ def prepare(settings: ServerSettings) -> ServerContext:
         ensure_token_file(db, settings.home / KUBERNETES_TOKEN_FILE, "kubernetes", ctx.clock())
     BlobStore(settings.blobs_dir).clear_partial()  # uploads a previous run did not finish
     ctx.proxy_key = ensure_proxy_key(settings.home)  # tasks' proxy tokens (docs/proxy.md)
+    if not db.is_sqlite:  # its commits' news reach the other servers on the store
+        install_announcer(db, ctx.server_id)
     return ctx
 
 
@@ -122,9 +125,15 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
             restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         culler = asyncio.ensure_future(stop_idle_jobs(ctx))  # docs/notebooks.md
+        # other servers' writes wake this one's long polls and scheduler
+        listener = None if ctx.db.is_sqlite else StoreNewsListener(ctx, ctx.server_id)
+        if listener is not None:
+            listener.start()
         scaler = start_autoscaler(ctx) if run_scheduler else None  # docs/cloud.md
         yield
         culler.cancel()
+        if listener is not None:
+            await run_in_threadpool(listener.stop)
         if scaler is not None:
             await run_in_threadpool(scaler.stop)
         await app.state.http_forwarder.aclose()

@@ -31,6 +31,7 @@ from shoal.server.notify import NodeNews
 from shoal.server.positions import Positions, QueuePositions
 from shoal.server.scheduler_link import Message, Outbox
 from shoal.server.settings import ServerSettings
+from shoal.server.store_news import install_announcer
 from shoal.store.db import Database, home_store
 
 log = logging.getLogger("shoal.scheduler")
@@ -61,6 +62,8 @@ class SchedulerChild:
         db = Database(settings.database_url or home_store(settings.home))
         self.ctx = ServerContext(settings=replace(settings, scheduler="thread"), db=db)
         self.ctx.agent_work = _ForwardedNews(self.outbox)
+        if not db.is_sqlite:  # its plans' news reach the other servers on the store too
+            install_announcer(db, self.ctx.server_id)
         self.ctx.scheduler_state = SchedulerState(freeze_heap=True, on_positions=self._positions)
         self._sending = threading.Condition()
         self._latest: Positions = self.ctx.positions

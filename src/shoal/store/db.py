@@ -200,7 +200,7 @@ _SQLITE_CONNECT = {"check_same_thread": False, "timeout": 10}
 # A writer that stops (SIGSTOP, a frozen VM, a cut network) must not hold every server's write
 # lock for ever: PostgreSQL ends a session idle in its transaction after 30 s (its lock goes
 # with it), and TCP keepalives find a peer that vanished within about 25 s.
-_PG_CONNECT = {
+PG_CONNECT_ARGS: dict[str, Any] = {
     "options": "-c idle_in_transaction_session_timeout=30000",
     "keepalives": 1,
     "keepalives_idle": 10,
@@ -218,7 +218,7 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         self.engine: Engine = create_engine(
             url,
-            connect_args=_SQLITE_CONNECT if self.is_sqlite else _PG_CONNECT,
+            connect_args=_SQLITE_CONNECT if self.is_sqlite else PG_CONNECT_ARGS,
             pool_size=5 if self.is_sqlite else 8,
             pool_pre_ping=not self.is_sqlite,  # a restarted PostgreSQL: reconnect, not fail once
         )
