@@ -3,8 +3,9 @@ checked by the CLI before it is kept and again before it is restored.
 
 Members, in order: ``shoal-backup.json`` (the manifest: format, shoal version, schema
 revision, when, how many jobs, the database's size and sha256, and every blob), ``shoal.db``
-(SQLite's online backup of the store), then ``blobs/sha256/<hash>`` per blob the store refers to
-and ``code/<job>.tar.gz`` per job stored before code was content-addressed. Nothing here imports
+(the store as a SQLite database: SQLite's online backup, or one snapshot of a PostgreSQL store
+copied into one), then ``blobs/sha256/<hash>`` per blob the store refers to and
+``code/<job>.tar.gz`` per job stored before code was content-addressed. Nothing here imports
 the server, the store or pydantic: the CLI uses it.
 """
 
@@ -26,7 +27,12 @@ READ = 1 << 20
 
 
 class BackupError(Exception):
-    """The file is not a whole, sound shoal backup (the message says what is wrong)."""
+    """The file is not a whole, sound shoal backup, or cannot be restored where asked (the
+    message says what is wrong and what to do; ``code`` names a refusal of the latter kind)."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)

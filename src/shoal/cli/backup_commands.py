@@ -1,9 +1,10 @@
 """``shoal admin backup FILE`` and ``shoal admin restore FILE`` (docs/backup.md).
 
-``backup`` is a client: the server makes the copy (SQLite's online backup) and streams it; the
-file is written beside FILE, checked whole, then renamed into place. ``restore`` works on a
-stopped server's home on this machine; it loads what it needs (the store's migrations) only
-when it runs, as the CLI is a client (tests/cli/test_cli_imports.py).
+``backup`` is a client: the server makes the copy (SQLite's online backup, or one snapshot of
+PostgreSQL copied into a SQLite file) and streams it; the file is written beside FILE, checked
+whole, then renamed into place. ``restore`` works on a stopped server's home on this machine
+(its SQLite file, or the PostgreSQL database of ``HOME/store.url``); it loads what it needs (the
+store's code) only when it runs, as the CLI is a client (tests/cli/test_cli_imports.py).
 """
 
 from __future__ import annotations
@@ -64,16 +65,24 @@ def restore(
     home: Path = typer.Option(
         None, "--home", help="The stopped server's state directory (default $SHOAL_HOME)."
     ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Replace the data of a PostgreSQL store that holds another cluster (kept aside).",
+    ),
 ) -> None:
-    """Replace a stopped server's store with a backup (the old one is kept aside). Checks the
-    file whole first; a backup from an older shoal is migrated when the server starts."""
+    """Replace a stopped server's store with a backup (the old one is kept aside): the SQLite
+    file in HOME, or the PostgreSQL database of HOME/store.url. Checks the file whole first; a
+    backup from an older shoal is migrated (on PostgreSQL as it is loaded, else when the server
+    starts)."""
     from shoal.local.restore import restore as restore_home  # the store's code: only here
 
     where = home or default_home()
     try:
-        done = restore_home(file, where)
+        done = restore_home(file, where, force=force)
     except BackupError as exc:
-        raise fail(f"{exc}; nothing was changed") from None
+        code = f" ({exc.code})" if exc.code else ""
+        raise fail(f"{exc}{code}; nothing was changed") from None
     data = done.manifest.data
     console.print(
         f"restored {data['jobs']} jobs (schema {data['schemaRevision']}, shoal "

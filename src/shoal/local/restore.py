@@ -8,12 +8,20 @@ one is migrated when the server next starts; a newer one is refused). Then the s
 is kept aside as ``shoal.db.before-restore-<time>`` (with its ``-wal``/``-shm``), the backup's
 database takes its place, its blobs are added to the blob store, and the logs of jobs the backup
 does not have are moved aside (job ids after the backup's are issued again).
+
+A home whose store is PostgreSQL (``HOME/store.url``, docs/postgresql.md) gets the backup's rows
+loaded into that database instead, in one transaction (store/copy.py ``copy_rows``), after the
+backup's database is migrated to the schema head. The database must be empty, or hold this
+home's cluster (the home's admin or agent token is in it, or it shares a token with the backup),
+or the user gives ``--force``; no server on any host may hold its scheduler lease. Rows it held
+are first copied to ``shoal.db.before-restore-<time>`` (a SQLite store) in the home.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -24,9 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Table, exists, inspect, select, text
 
 from shoal.backup_archive import DATABASE, BackupError, Manifest, verify
-from shoal.store.db import MIGRATIONS
+from shoal.store.copy import copied_tables, copy_rows
+from shoal.store.db import MIGRATIONS, Database, home_store, open_problem, safe_url, store_url
+from shoal.store.models import SchedulerLeaseRow, Token
 
 SCHEDULER_LOCK = "scheduler.lock"  # held by a running server's scheduler (scheduler_main.py)
 
@@ -39,11 +50,15 @@ class Restored:
     blobs_added: int
 
 
-def restore(backup: Path, home: Path) -> Restored:
-    """Raises ``BackupError`` (nothing changed) when the home is in use or the file unsound."""
+def restore(backup: Path, home: Path, force: bool = False) -> Restored:
+    """Raises ``BackupError`` (nothing changed) when the home is in use or the file unsound,
+    or (without ``force``) when the home's PostgreSQL store holds another cluster."""
     refuse_if_running(home)
     manifest = verify(backup)
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    url = store_url(home_store(home))
+    if not url.startswith("sqlite"):
+        return _restore_into_database(backup, manifest, home, url, force)
     incoming = home / f"{DATABASE}.restoring"
     try:
         _extract(backup, DATABASE, incoming)
@@ -120,8 +135,7 @@ def _check_database(path: Path, manifest: Manifest, backup: Path) -> None:
         raise BackupError(f"{backup}: its database fails PRAGMA integrity_check: {verdict}")
     if revision != manifest.revision:
         raise BackupError(f"{backup}: its database is at {revision}, its manifest says otherwise")
-    known = {script.revision for script in ScriptDirectory(str(MIGRATIONS)).walk_revisions()}
-    if revision not in known:
+    if revision not in _known_revisions():
         raise BackupError(
             f"{backup} was made by shoal {manifest.data['shoalVersion']} with schema revision "
             f"{revision}, newer than this shoal knows: restore it with that version or newer"
@@ -169,6 +183,126 @@ def _write_member(archive: tarfile.TarFile, member: tarfile.TarInfo, target: Pat
         out.flush()
         os.fsync(out.fileno())
     os.replace(partial, target)
+
+
+def _restore_into_database(
+    backup: Path, manifest: Manifest, home: Path, url: str, force: bool
+) -> Restored:
+    """The backup's rows in place of the PostgreSQL store's, in one transaction."""
+    incoming = home / f"{DATABASE}.restoring"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    source, target = Database(f"sqlite:///{incoming}"), Database(url)
+    try:
+        _extract(backup, DATABASE, incoming)
+        _check_database(incoming, manifest, backup)
+        held = _check_target(target, home, incoming, force)
+        source.migrate()  # an older backup is brought to this shoal's head first
+        refuse_if_running(home)  # once more, just before the switch
+        kept = _keep_aside(target, home / f"{DATABASE}.before-restore-{stamp}") if held else None
+        with source.engine.connect() as reading:
+            copy_rows(reading, target, replace=True)
+        kept_jobs = _job_ids(incoming)
+    except Exception as exc:
+        problem = open_problem(url, exc)
+        if problem is None:
+            raise
+        raise BackupError(problem, "StoreUnreachable") from None
+    finally:
+        source.dispose()
+        target.dispose()
+        for suffix in ("", "-wal", "-shm", ".write-lock"):
+            incoming.with_name(incoming.name + suffix).unlink(missing_ok=True)
+    added = _add_files(backup, manifest, home)
+    logs = _logs_aside(home, kept_jobs, stamp)
+    return Restored(manifest, kept, logs, added)
+
+
+def _check_target(target: Database, home: Path, incoming: Path, force: bool) -> bool:
+    """Refuse a store a server uses, of a newer schema, or holding another cluster (unless
+    ``force``). True if it holds rows (they are kept aside before they are replaced)."""
+    where = safe_url(target.url)
+    with target.engine.connect() as connection:
+        names = set(inspect(connection).get_table_names())
+        if "alembic_version" not in names:
+            return False  # an empty database: the migrations make the schema
+        revision = connection.scalar(text(_VERSION))
+        if revision not in _known_revisions():
+            raise BackupError(
+                f"the store {where} is at schema revision {revision}, newer than this shoal "
+                "knows: restore with the shoal that serves it, or into an empty database",
+                "StoreSchemaNewer",
+            )
+        _refuse_a_leader(connection, names, where)
+        held = [t.name for t in copied_tables() if t.name in names and _has_rows(connection, t)]
+        if held and not force and not _same_cluster(connection, home, incoming):
+            raise BackupError(
+                f"the store {where} (HOME/store.url of {home}) holds another cluster's data "
+                f"(rows in {', '.join(held[:4])}; neither {home}'s admin.token nor a token of "
+                "the backup is among its tokens): restore into an empty database (createdb a "
+                "new one and `shoal server move-store` or `init --store` to it), or give --force "
+                f"to replace its data (kept first as {home}/{DATABASE}.before-restore-<time>)",
+                "StoreHoldsAnotherCluster",
+            )
+    return bool(held)
+
+
+_VERSION = "SELECT version_num FROM alembic_version"
+
+
+def _known_revisions() -> set[str]:
+    return {script.revision for script in ScriptDirectory(str(MIGRATIONS)).walk_revisions()}
+
+
+def _has_rows(connection: Connection, table: Table) -> bool:
+    return bool(connection.scalar(select(exists().select_from(table))))
+
+
+def _refuse_a_leader(connection: Connection, names: set[str], where: str) -> None:
+    """A server on another host (or home) sharing this store still holds its scheduler lease."""
+    if SchedulerLeaseRow.__tablename__ not in names:
+        return
+    lease = SchedulerLeaseRow.__table__
+    row = connection.execute(
+        select(lease.c.holder, lease.c.expires_at).where(lease.c.expires_at > time.time())
+    ).first()
+    if row is not None:
+        raise BackupError(
+            f"a server uses the store {where}: {row.holder} holds its scheduler lease; stop "
+            "every server on this store (on every host), then restore",
+            "StoreInUse",
+        )
+
+
+def _same_cluster(connection: Connection, home: Path, incoming: Path) -> bool:
+    """The store holds this home's token (admin or agent), or a token the backup holds."""
+    hashes = set()
+    for name in ("admin.token", "agent.token"):
+        with contextlib.suppress(OSError):
+            hashes.add(hashlib.sha256((home / name).read_text().strip().encode()).hexdigest())
+    with contextlib.closing(sqlite3.connect(incoming)) as db:
+        hashes |= {str(row[0]) for row in db.execute("SELECT token_hash FROM tokens")}
+    column = Token.__table__.c.token_hash
+    found = connection.scalar(select(exists().where(column.in_(sorted(hashes)))))
+    return bool(hashes) and bool(found)
+
+
+def _keep_aside(target: Database, kept: Path) -> Path:
+    """The rows the store holds, copied into a new SQLite store ``kept`` (at the schema head)."""
+    target.migrate()
+    copy = Database(f"sqlite:///{kept}")
+    try:
+        try:
+            with target.engine.connect() as reading, reading.begin():
+                copy_rows(reading, copy)
+        finally:
+            copy.dispose()
+        with contextlib.closing(sqlite3.connect(kept)) as db:
+            db.execute("PRAGMA journal_mode=DELETE")  # one file, as a backup's database
+    except BaseException:
+        for suffix in ("", "-wal", "-shm"):
+            kept.with_name(kept.name + suffix).unlink(missing_ok=True)
+        raise
+    return kept
 
 
 def _job_ids(database: Path) -> set[str]:

@@ -1,11 +1,14 @@
 """``GET /api/v1/admin/backup``: a consistent copy of the store while the server runs, with the
 blobs a restored server needs (docs/backup.md; the file's layout: ``shoal.backup_archive``).
 
-The database is copied with SQLite's online backup API in one step, so the copy is one read
+A SQLite store is copied with SQLite's online backup API in one step, so the copy is one read
 transaction: every write committed before it began is in it, none after, and writers are not
-held up (WAL). The copy goes to a temporary file under ``blobs/tmp`` (removed when the answer
-ends, or at the next start), then the tar is streamed from it and from the blob store, whose
-files never change once in place.
+held up (WAL). A PostgreSQL store is copied table by table (store/copy.py) into a new SQLite
+file at the same schema head, every table read in one ``REPEATABLE READ, READ ONLY`` transaction:
+one snapshot, so again every write committed before it began and none after, and no writer
+waits. Either way the tar is the same, and restores onto either store. The copy goes to a
+temporary file under ``blobs/tmp`` (removed when the answer ends, or at the next start), then
+the tar is streamed from it and from the blob store, whose files never change once in place.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from shoal.backup_archive import (
 )
 from shoal.server.context import ApiError, ServerContext
 from shoal.server.services.blobs import SHA256_RE, BlobStore
+from shoal.store.copy import copy_rows
+from shoal.store.db import Database
 
 
 @dataclass
@@ -45,12 +50,14 @@ class Snapshot:
 
 
 def database_file(ctx: ServerContext) -> Path:
+    """The SQLite store's file (an in-memory store has none to copy: 501)."""
     database = ctx.db.engine.url.database
-    if ctx.db.engine.url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+    if not database or database == ":memory:":
         raise ApiError(
             501,
             "BackupUnsupported",
-            "shoal admin backup copies a SQLite store; back up this database with its own tools",
+            "this server's store is an in-memory SQLite database: there is no file to back up; "
+            "start the server on a store in its home (the default) or on PostgreSQL",
         )
     return Path(database)
 
@@ -63,7 +70,10 @@ def take(ctx: ServerContext) -> Snapshot:
     os.close(fd)
     path = Path(name)
     try:
-        _copy(database_file(ctx), path)
+        if ctx.db.is_sqlite:
+            _copy(database_file(ctx), path)
+        else:
+            _copy_snapshot(ctx.db, path)
         manifest, files = _describe(ctx, path, blobs)
     except BaseException:
         path.unlink(missing_ok=True)
@@ -92,6 +102,25 @@ def _copy(source: Path, target: Path) -> None:
         reader.backup(copy)  # all pages in one step: one consistent read transaction
         copy.execute("PRAGMA journal_mode=DELETE")  # one file: no -wal beside it in the tar
         if copy.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+            raise ApiError(500, "BackupUnsound", "the copy of the database failed its check")
+
+
+def _copy_snapshot(source: Database, target: Path) -> None:
+    """Every row of the PostgreSQL store as one snapshot (one ``REPEATABLE READ``, read-only
+    transaction) into a new SQLite file at the schema head."""
+    copy = Database(f"sqlite:///{target}")
+    try:
+        with source.engine.connect() as connection:
+            reading = connection.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+            with reading.begin():
+                copy_rows(reading, copy)
+    finally:
+        copy.dispose()
+    with contextlib.closing(sqlite3.connect(target)) as db:
+        db.execute("PRAGMA journal_mode=DELETE")  # one file: no -wal beside it in the tar
+        if db.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
             raise ApiError(500, "BackupUnsound", "the copy of the database failed its check")
 
 
