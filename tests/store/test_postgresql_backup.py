@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Connection, Table, func, select
+from sqlalchemy import Connection, Table, func, select, text
 from typer.testing import CliRunner
 
 from shoal.backup_archive import DATABASE, BackupError, verify
@@ -29,7 +29,7 @@ from shoal.server.settings import ServerSettings
 from shoal.store import copy
 from shoal.store.db import Database, record_store
 from shoal.store.models import Job, SchedulerLeaseRow, Token, User
-from tests.server.test_backup import CODE, HEAD, JOB
+from tests.server.test_backup import CODE, HEAD, JOB, OLDER, backup_at, rewrite
 
 
 @contextlib.contextmanager
@@ -255,3 +255,37 @@ def test_a_database_with_another_clusters_data_is_refused_unless_forced(
         assert [row[0] for row in db.execute("SELECT name FROM jobs")] == ["theirs"]
     with server(home) as api:
         assert listed(api) == ["ours"]
+
+
+def test_an_older_backup_is_migrated_as_it_loads_and_a_refused_row_rolls_the_load_back(
+    tmp_path: Path, pg_store: str
+) -> None:
+    home = postgresql_home(tmp_path / "pg-home", pg_store)
+    older = tmp_path / "older.tar"
+    backup_at(OLDER, older, tmp_path / "older.db")
+    restore(older, home)
+    assert stored_revision(pg_store) == HEAD
+
+    good = tmp_path / "good.tar"
+    with server(tmp_path / "source") as api:
+        submit(api, "kept")
+        take_backup(api, good)
+    restore(good, home)  # the older backup held no rows: nothing to keep aside
+    assert not list(home.glob("shoal.db*"))
+    too_long = tmp_path / "too-long.tar"  # SQLite ignores VARCHAR(64); PostgreSQL does not
+    rewrite(good, too_long, HEAD, f"UPDATE users SET name = '{'x' * 65}' WHERE name = 'admin'")
+    with pytest.raises(BackupError, match="rolled back whole") as refused:
+        restore(too_long, home)
+    assert refused.value.code == "RestoreLoadFailed"
+    assert not list(home.glob("shoal.db*"))  # the copy of what it held was removed again
+    with server(home) as api:
+        assert listed(api) == ["kept"]
+
+
+def stored_revision(store: str) -> str:
+    db = Database(store)
+    try:
+        with db.read() as session:
+            return str(session.scalar(text("SELECT version_num FROM alembic_version")))
+    finally:
+        db.dispose()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Table, exists, inspect, select, text
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from shoal.backup_archive import DATABASE, BackupError, Manifest, verify
 from shoal.store.copy import copied_tables, copy_rows
@@ -199,8 +200,7 @@ def _restore_into_database(
         source.migrate()  # an older backup is brought to this shoal's head first
         refuse_if_running(home)  # once more, just before the switch
         kept = _keep_aside(target, home / f"{DATABASE}.before-restore-{stamp}") if held else None
-        with source.engine.connect() as reading:
-            copy_rows(reading, target, replace=True)
+        _load(source, target, kept, backup)
         kept_jobs = _job_ids(incoming)
     except Exception as exc:
         problem = open_problem(url, exc)
@@ -215,6 +215,28 @@ def _restore_into_database(
     added = _add_files(backup, manifest, home)
     logs = _logs_aside(home, kept_jobs, stamp)
     return Restored(manifest, kept, logs, added)
+
+
+def _load(source: Database, target: Database, kept: Path | None, backup: Path) -> None:
+    """The backup's rows in place of the store's, in one transaction: a row the store cannot
+    take (PostgreSQL enforces column lengths SQLite ignores) rolls the whole load back."""
+    try:
+        with source.engine.connect() as reading:
+            copy_rows(reading, target, replace=True)
+    except DBAPIError as exc:
+        for suffix in ("", "-wal", "-shm"):
+            if kept is not None:
+                kept.with_name(kept.name + suffix).unlink(missing_ok=True)
+        if isinstance(exc, OperationalError):
+            raise  # the store went away: said as such (``open_problem``)
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        raise BackupError(
+            f"the store {safe_url(target.url)} refused a row of {backup} ({reason}); the load was "
+            "rolled back whole and the database holds what it held: restore it into a SQLite "
+            "home (one without store.url), shorten that value there with the server's API, "
+            "then `shoal server move-store` it here",
+            "RestoreLoadFailed",
+        ) from None
 
 
 def _check_target(target: Database, home: Path, incoming: Path, force: bool) -> bool:
