@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import sqlite3
+import subprocess
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +32,8 @@ from shoal.server.settings import ServerSettings
 from shoal.store import copy
 from shoal.store.db import Database, record_store
 from shoal.store.models import Job, SchedulerLeaseRow, Token, User
+from tests.envs import without_shoal
+from tests.integration.test_scheduler_failover import _run, _shoal, _start, _stop, _until
 from tests.server.test_backup import CODE, HEAD, JOB, OLDER, backup_at, rewrite
 
 
@@ -289,3 +294,67 @@ def stored_revision(store: str) -> str:
             return str(session.scalar(text("SELECT version_num FROM alembic_version")))
     finally:
         db.dispose()
+
+
+def test_shoal_admin_backup_of_a_running_postgresql_server_under_submissions(
+    tmp_path: Path, pg_store: str
+) -> None:
+    """Real processes: `shoal server start` on PostgreSQL, `shoal admin backup` while a client
+    submits; the server stopped, `shoal admin restore` into its own home and into a SQLite
+    home: every job acknowledged before the backup began is back in both, none sent after it
+    ended, and the restarted server goes on issuing ids."""
+    first = _start(tmp_path, "pg-home", pg_store)
+    home, backup = first.home, tmp_path / "backup.tar"
+    env = without_shoal(os.environ) | {"SHOAL_CONFIG": str(tmp_path / "config.yaml")}
+    env |= {"SHOAL_URL": first.url, "SHOAL_CA": str(home / "pki" / "ca.crt")}
+    env["SHOAL_TOKEN"] = (home / "admin.token").read_text().strip()
+    acked: list[tuple[str, float, float]] = []
+    ended = threading.Event()
+
+    def submitting() -> None:
+        for n in range(400):
+            if ended.is_set() and n % 10 == 0:
+                return
+            sent = time.monotonic()
+            answer = first.api.post("/api/v1/jobs", json={"spec": JOB.format(name=f"j{n}")})
+            assert answer.status_code == 201, answer.text
+            acked.append((str(answer.json()[0]["id"]), sent, time.monotonic()))
+
+    try:
+        client = threading.Thread(target=submitting)
+        client.start()
+        _until(lambda: len(acked) >= 20, 60, "20 submissions")
+        began = time.monotonic()
+        made = subprocess.run(
+            _shoal("admin", "backup", str(backup)), env=env, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        done_at = time.monotonic()
+        ended.set()
+        client.join(timeout=120)
+        assert made.returncode == 0, made.stdout + made.stderr
+    finally:
+        _stop(first)
+    before = {job for job, _, answered in acked if answered < began}
+    after = {job for job, sent, _ in acked if sent > done_at}
+    assert before and after, (len(before), len(after))
+    count = int(verify(backup).data["jobs"])  # type: ignore[call-overload]
+
+    for target in (home, tmp_path / "sqlite-home"):
+        restored = subprocess.run(
+            _shoal("admin", "restore", str(backup), "--home", str(target)),
+            env=without_shoal(os.environ), capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert not (home / DATABASE).exists() and (tmp_path / "sqlite-home" / DATABASE).exists()
+    again = _run(home, without_shoal(os.environ))
+    try:
+        ids = {str(job["id"]) for job in again.api.get("/api/v1/jobs?limit=10000").json()}
+        assert len(ids) == count and before <= ids and not after & ids
+        new = again.api.post("/api/v1/jobs", json={"spec": JOB.format(name="new")})
+        assert new.status_code == 201 and int(new.json()[0]["id"]) == count + 1
+    finally:
+        _stop(again)
+    with server(tmp_path / "sqlite-home") as api:
+        assert len(api.get("/api/v1/jobs?limit=10000").json()) == count
