@@ -28,7 +28,7 @@ PORT ?=
 # default 20000), e.g. when another cluster or service already holds 20000 and up.
 PORT_BASE ?=
 
-.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser test-cloud-install bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes bench-proxy crash fuzz clean
+.PHONY: setup setup-runtime system-deps containers k8s wheelhouse web screenshots test-browser test-cloud-install bench-dashboard run test test-fast lint format bench bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api bench-kubernetes bench-proxy bench-stores bench-nodes crash fuzz clean
 
 # What running needs (`pip install -e .`: the server, agent and CLI, numpy for the examples).
 $(RUN_STAMP): pyproject.toml
@@ -200,7 +200,7 @@ fuzz: setup
 # prints its tables and rewrites its results section of docs/benchmarks.md or
 # docs/scheduling-quality.md.
 bench: bench-scheduler bench-launch bench-peers bench-sim bench-cli bench-cluster bench-api \
-	bench-dashboard bench-kubernetes bench-proxy bench-stores
+	bench-dashboard bench-kubernetes bench-proxy bench-stores bench-nodes
 
 # The dashboard's pictures in docs/img/ (README, docs/dashboard.md): a throwaway local cluster,
 # photographed page by page with Debian's chromium.
@@ -255,6 +255,11 @@ bench-kubernetes: setup
 # Needs root: the server and agents run on network-namespace hosts (198.18.0.0/15).
 bench-cluster: setup
 	$(BIN)/python bench/cluster.py
+
+# Server CPU per idle node, 500 to 5,000 simulated agents over HTTP, on SQLite and PostgreSQL
+# (bench/nodes.py; docs/benchmarks.md, "Nodes at rest"). About 20 minutes.
+bench-nodes: setup system-deps
+	$(BIN)/python bench/nodes.py
 
 # Crash rounds under load, the long version (tests/crash/; the default run has 2 + 2 small rounds):
 # 10 server kill -9 rounds of 1,000 submissions from 20 clients, 10 agent kill -9 rounds, then the

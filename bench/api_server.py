@@ -31,17 +31,21 @@ class Server:
     a free loopback port, in ``home``."""
 
     def __init__(
-        self, home: Path, scheduler: str | None = "process", store: str | None = None
+        self,
+        home: Path,
+        scheduler: str | None = "process",
+        store: str | None = None,
+        node_timeout: float = 3600,
     ) -> None:
         self.home = home
         self.port = free_port()
         if store is not None:  # the home's store (as `shoal server init --store` records it)
             home.mkdir(parents=True, exist_ok=True)
             record_store(home, store_url(store))
-        prepare(ServerSettings(home=home, port=self.port, node_timeout_s=3600)).db.dispose()
+        prepare(ServerSettings(home=home, port=self.port, node_timeout_s=node_timeout)).db.dispose()
         if scheduler is not None:
             args = ["-m", "shoal", "server", "--home", str(home), "--port", str(self.port)]
-            args += ["--node-timeout", "3600", "--scheduler", scheduler]
+            args += ["--node-timeout", f"{node_timeout:g}", "--scheduler", scheduler]
         else:
             args = [str(Path(__file__).resolve()), str(home), str(self.port)]
         log = open(home / "server.log", "ab")  # noqa: SIM115  kept open by the child

@@ -69,7 +69,7 @@ from shoal.protocol import (
 )
 
 log = logging.getLogger("shoal.agent")
-HEARTBEAT_S = 2.0
+HEARTBEAT_S = 2.0  # until the server advises another interval (ReportResponse.heartbeat_s)
 SHIP_EVERY_S = 0.25
 ORDER_WAIT_S = 10.0
 POLL_S = 0.01  # how often the monitor reaps exits
@@ -129,6 +129,7 @@ class Agent:
             else CertificateRenewer(connection.identity, self._reconnect)
         )
         self.report_now = threading.Event()
+        self.heartbeat_s = HEARTBEAT_S  # a report with nothing new, this often
         self.stopping = threading.Event()
         # Set when the agent must end: the server speaks another protocol version (``refusal``
         # says so), or (in ``shoal agent``) a signal asked it to.
@@ -300,7 +301,7 @@ class Agent:
             try:
                 self.shipper.ship()
                 running = {r.attempt_id for r in self.runner.running_reports()}
-                due = time.monotonic() - last_report > HEARTBEAT_S
+                due = time.monotonic() - last_report > self.heartbeat_s
                 self._check_lease()
                 syncing = not self.synced.is_set()
                 changed = running != last_running or self.runner.exit_reports()
@@ -430,6 +431,8 @@ class Agent:
         response.raise_for_status()
         result = ReportResponse.model_validate(response.json())
         self.runner.journal.extend_lease(sent + result.lease_s)
+        if result.heartbeat_s is not None:  # the server's advice (a third of the lease)
+            self.heartbeat_s = max(result.heartbeat_s, REPORT_GAP_S)
         self.runner.acknowledge(result.acked)
         for attempt_id in result.kill:
             self.runner.kill(attempt_id)

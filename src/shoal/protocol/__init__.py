@@ -339,6 +339,11 @@ class ReportResponse(BaseModel):
         description="The agent's lease: if no later report is acknowledged within this long of "
         "sending this one (the agent's monotonic clock), the agent stops its tasks (fencing)."
     )
+    heartbeat_s: float | None = Field(
+        None,
+        description="How often to report when nothing changed (a third of the lease, 2-10 s); "
+        "an agent reports at once when something did. None: the agent's own default.",
+    )
 
 
 # ---- orders ----

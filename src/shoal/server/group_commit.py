@@ -29,7 +29,8 @@ T = TypeVar("T")
 log = logging.getLogger("shoal.server")
 MAX_BATCH = 128  # writes in one transaction at most
 
-_Write = tuple[Callable[[Session], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+# the write, whether its commit wakes the scheduler, and whom to answer
+_Write = tuple[Callable[[Session], Any], bool, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 
 class GroupCommit:
@@ -48,12 +49,13 @@ class GroupCommit:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    async def run(self, write: Callable[[Session], T]) -> T:
-        """``write(session)``'s result once the transaction it ran in has committed."""
+    async def run(self, write: Callable[[Session], T], wake: bool = True) -> T:
+        """``write(session)``'s result once the transaction it ran in has committed; with
+        ``wake``, the commit runs ``after_commit`` (a heartbeat changes nothing it reads)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._start()
-        self._queue.put((write, loop, future))
+        self._queue.put((write, wake, loop, future))
         return await future
 
     def stop(self) -> None:
@@ -93,7 +95,7 @@ class GroupCommit:
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
             with self.db.write() as session:
-                for write, _, _ in batch:
+                for write, _, _, _ in batch:
                     try:
                         outcomes.append((write(session), None))
                     except self.refusal as exc:  # raised before it wrote: the batch goes on
@@ -108,8 +110,9 @@ class GroupCommit:
         else:
             self.batches += 1
             self.writes += len(batch)
-            self.after_commit()
-        for (_, loop, future), (value, error) in zip(batch, outcomes, strict=True):
+            if any(wake for _, wake, _, _ in batch):
+                self.after_commit()
+        for (_, _, loop, future), (value, error) in zip(batch, outcomes, strict=True):
             loop.call_soon_threadsafe(_settle, future, value, error)
 
 

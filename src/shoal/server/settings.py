@@ -23,6 +23,7 @@ __all__ = ["FencingError", "ServerSettings", "default_home"]
 FENCE_MARGIN_S = 1.0
 # Agents report at least every 2 s: a shorter lease would stop tasks of a healthy agent.
 MIN_LEASE_S = 3.0
+HEARTBEAT_MIN_S, HEARTBEAT_MAX_S = 2.0, 10.0  # ServerSettings.heartbeat_s
 
 
 # How long a node certificate lasts (docs/cluster.md, "Certificate renewal"): a year, unless
@@ -183,6 +184,12 @@ class ServerSettings:
     def lease_s(self) -> float:
         """How long an agent's tasks may run on after its last acknowledged report was sent."""
         return self.node_timeout_s - self.heartbeat_write_s - self.kill_grace_s - FENCE_MARGIN_S
+
+    @property
+    def heartbeat_s(self) -> float:
+        """How often an agent with nothing new reports: three reports per lease, so one lost
+        report never lapses it; at least as often as it used to (2 s), at most every 10 s."""
+        return min(max(self.lease_s / 3, HEARTBEAT_MIN_S), HEARTBEAT_MAX_S)
 
     def check_fencing(self) -> None:
         """Raise ``FencingError`` naming the settings when the lease would be too short."""

@@ -185,9 +185,16 @@ class WriteLock:
         self._fd = None
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """Each connection's settings (no I/O: a server opens connections beyond its pool's size
+    under load; the journal mode is the file's, set once by ``Database``)."""
+    cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA synchronous=FULL")  # a commit survives a crash and a power cut
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=10000")
@@ -219,11 +226,13 @@ class Database:
         self.engine: Engine = create_engine(
             url,
             connect_args=_SQLITE_CONNECT if self.is_sqlite else PG_CONNECT_ARGS,
-            pool_size=5 if self.is_sqlite else 8,
+            # SQLite: enough for the API's worker threads (40) to seldom open one beyond it
+            pool_size=16 if self.is_sqlite else 8,
             pool_pre_ping=not self.is_sqlite,  # a restarted PostgreSQL: reconnect, not fail once
         )
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "first_connect", _sqlite_wal)  # the file's: it persists
         # Derived data that never changes once written (e.g. a job's parsed spec), shared by every
         # session of this database as ``session.info["memo"]``.
         self.memo: dict[Any, Any] = {}

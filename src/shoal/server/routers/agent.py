@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import FileResponse
+from starlette.concurrency import run_in_threadpool
 
 from shoal.protocol import (
     MISMATCH_CODE,
@@ -63,11 +64,16 @@ Agent = Annotated[Principal, Depends(agent_of_our_protocol)]
 
 
 @router.post("/report", response_model=ReportResponse)
-def report(body: ReportRequest, ctx: Context, agent: Agent) -> ReportResponse:
+async def report(body: ReportRequest, ctx: Context, agent: Agent) -> ReportResponse:
     """Report nodes, started and exited attempts; repeat exits until they are acknowledged."""
+    # async: a quiet report's heartbeats wait for a group commit on the event loop
     attempts = [r.attempt_id for r in body.running] + [e.attempt_id for e in body.exited]
-    require_own(ctx, agent, [n.name for n in body.nodes], attempts, "a report")
-    return agents.report(ctx, body)
+    nodes = [n.name for n in body.nodes]
+    if attempts:  # reads the store
+        await run_in_threadpool(require_own, ctx, agent, nodes, attempts, "a report")
+    else:
+        require_own(ctx, agent, nodes, attempts, "a report")
+    return await agents.report(ctx, body)
 
 
 @router.post("/orders", response_model=OrdersResponse)

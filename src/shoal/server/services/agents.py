@@ -28,7 +28,7 @@ from shoal.server.context import ServerContext
 from shoal.server.services.arrays import env_array
 from shoal.server.services.images import image_ref_for
 from shoal.server.services.metrics import record_report
-from shoal.server.services.reports import apply_report, node_epochs
+from shoal.server.services.reports import apply_report, heartbeats, node_epochs, quiet_report
 from shoal.server.services.silent_nodes import lose_silent_nodes  # noqa: F401 (re-exported)
 from shoal.server.services.snapshot import spec_of
 from shoal.server.services.tunnels import proxy_env
@@ -39,11 +39,25 @@ from shoal.store.models import Job, Node, Task, User
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 
 
-def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
-    """Apply an agent's report: nodes, started and exited attempts (idempotent)."""
-    acked, stale = apply_report(ctx, request)
-    record_report(ctx, request)  # the nodes' metrics (docs/metrics.md)
-    return ReportResponse(acked=acked, kill=stale, lease_s=ctx.settings.lease_s)
+async def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
+    """Apply an agent's report: nodes, started and exited attempts (idempotent). A report with
+    nothing new is read, not written; its heartbeats, when due, share one group commit with
+    other agents' (docs/cluster.md, "Heartbeats"), and are durable before it is answered."""
+    quiet = await run_in_threadpool(quiet_report, ctx, request, ctx.clock())
+    written = quiet is None or not quiet.due
+    if not written and quiet is not None:
+        written = await ctx.commits.run(heartbeats(quiet.due, ctx.clock()), wake=False)
+    if not written:
+        quiet = None  # a node was lost meanwhile: coming back is the write path's
+    if quiet is None:
+        acked, stale = await run_in_threadpool(apply_report, ctx, request)
+    else:
+        acked, stale = [], quiet.stale
+    await run_in_threadpool(record_report, ctx, request)  # the nodes' metrics (docs/metrics.md)
+    settings = ctx.settings
+    return ReportResponse(
+        acked=acked, kill=stale, lease_s=settings.lease_s, heartbeat_s=settings.heartbeat_s
+    )
 
 
 async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:

@@ -14,10 +14,11 @@ transaction at all (every commit costs an fsync, and reports come often)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy import Table, and_, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from shoal.core.lifecycle import ProcessExit
@@ -55,6 +56,12 @@ _NODES = select(Node).where(Node.name.in_(bindparam("nodes", expanding=True)))
 _EPOCHS = select(Node.name, Node.epoch).where(Node.name.in_(bindparam("nodes", expanding=True)))
 _TASKS = select(Task).where(Task.id.in_(bindparam("ids", expanding=True)))
 _JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True)))
+_NODE_TABLE: Table = Node.__table__  # type: ignore[assignment]
+_HEARTBEAT = (  # a plain (not ORM) update: many rows in one executemany
+    update(_NODE_TABLE)
+    .where(_NODE_TABLE.c.name == bindparam("b_name"), _NODE_TABLE.c.state == "READY")
+    .values(last_seen=bindparam("b_now"), usage=bindparam("b_usage"))
+)
 
 
 def task_by_attempt(session: Session, attempt_id: str) -> Task | None:
@@ -151,12 +158,32 @@ def _stale_exit(task: Task, epoch: int | None, epochs: dict[str, int]) -> bool:
     return epoch < epochs.get(task.node, 0)
 
 
+@dataclass
+class QuietReport:
+    """A report that changes nothing but heartbeats: the attempts to kill, and the nodes whose
+    ``last_seen`` (and usage) are due to be written (``heartbeats``)."""
+
+    stale: list[str]
+    due: list[tuple[str, dict[str, Any]]]
+
+
+def heartbeats(due: list[tuple[str, dict[str, Any]]], now: float) -> Callable[[Session], bool]:
+    """The write of a quiet report's heartbeats, for a group commit (one transaction for many
+    agents' reports): True if every node was still READY (else the report takes the full path:
+    the node was lost meanwhile, and coming back is a change)."""
+
+    def write(session: Session) -> bool:
+        rows = [{"b_name": name, "b_now": now, "b_usage": usage} for name, usage in due]
+        result = session.connection().execute(_HEARTBEAT, rows)
+        return bool(result.rowcount == len(rows))
+
+    return write
+
+
 def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str], list[str]]:
-    """Returns the exits acknowledged and the attempts the agent should kill."""
+    """The write path of a report that is not quiet (``quiet_report``): returns the exits
+    acknowledged and the attempts the agent should kill."""
     now = ctx.clock()
-    quiet = _quiet(ctx, request, now)
-    if quiet is not None:
-        return [], quiet
     acked: list[str] = []
     stale: list[str] = []
     with ctx.db.write() as session:
@@ -263,14 +290,15 @@ def _load_changing(
     return _Loaded(tasks, list(session.scalars(_JOBS, {"ids": job_ids})))
 
 
-def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] | None:
-    """If the report changes nothing worth a write (heartbeats are written every few seconds),
-    the attempts to kill; else None."""
+def quiet_report(ctx: ServerContext, request: ReportRequest, now: float) -> QuietReport | None:
+    """If the report changes nothing but heartbeats (written every few seconds, not on every
+    report), what to answer and which heartbeats to write; else None (``apply_report``)."""
     if request.exited:
         return None
     if any(is_new(ctx, n.name, n.preemption) for n in request.nodes):
         return None
-    every = ctx.settings.heartbeat_write_s
+    every = ctx.settings.heartbeat_write_s / 2
+    due: list[tuple[str, dict[str, Any]]] = []
     with ctx.db.read() as session:
         if left_the_cluster(session, request):
             return None
@@ -279,8 +307,10 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
         }
         for report in request.nodes:
             node = nodes.get(report.name)
-            if node is None or node.last_seen < now - every:
+            if node is None:
                 return None
+            if node.last_seen < now - every:
+                due.append((node.name, dict(report.usage)))
             if (node.state == Liveness.READY.value) != report.ready:
                 return None
             if node.agent_version != request.agent_version or node.fencing != request.fencing:
@@ -318,7 +348,7 @@ def _quiet(ctx: ServerContext, request: ReportRequest, now: float) -> list[str] 
             return None  # a hold to note
     if vanished(named, request, answered):
         return None  # the write path ends them
-    return stale
+    return QuietReport(stale, due)
 
 
 def _note_running(

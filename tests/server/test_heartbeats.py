@@ -1,0 +1,117 @@
+"""Heartbeats at rest (docs/cluster.md, "Heartbeats cost reads, not writes"): a report that
+changes nothing is answered from reads; a due ``last_seen`` is written through the group commit
+(durable before the answer, without waking the scheduler); a node lost between the read and the
+write takes the full report path and comes back; the answer advises the heartbeat interval."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+
+from shoal.server.app import create_app, prepare
+from shoal.server.context import ServerContext
+from shoal.server.services import agents
+from shoal.server.settings import ServerSettings
+from shoal.store.models import Node
+from tests.server.test_api import agent_headers
+
+NODE = {
+    "name": "n0",
+    "address": "127.0.0.1",
+    "cpu_millis": 4000,
+    "memory_mib": 4096,
+    "gpu_indices": [],
+    "port_low": 20000,
+    "port_high": 21000,
+}
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def ctx(home: Path) -> ServerContext:
+    return prepare(ServerSettings(home=home, scheduler="thread"))
+
+
+@pytest.fixture
+def api(home: Path, ctx: ServerContext) -> Iterator[TestClient]:
+    with TestClient(create_app(ctx, run_scheduler=False)) as client:
+        yield client
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _report(api: TestClient, home: Path, usage: dict[str, float] | None = None) -> dict:
+    body = {"agent_id": "a", "nodes": [{**NODE, "usage": usage or {}}], "agent_version": "1"}
+    answer = api.post("/api/v1/agent/report", json=body, headers=agent_headers(home))
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def _node(ctx: ServerContext) -> Node:
+    with ctx.db.read() as session:
+        found = session.scalar(select(Node).where(Node.name == "n0"))
+        assert found is not None
+        return found
+
+
+def test_the_answer_advises_a_third_of_the_lease_between_2_and_10_s(
+    api: TestClient, home: Path, ctx: ServerContext
+) -> None:
+    answer = _report(api, home)
+    assert answer["heartbeat_s"] == pytest.approx(ctx.settings.lease_s / 3)  # 14 s / 3
+    assert ServerSettings(home=home, node_timeout_s=8, kill_grace_s=1).heartbeat_s == 2.0
+    assert ServerSettings(home=home, node_timeout_s=3600).heartbeat_s == 10.0
+
+
+def test_a_quiet_report_writes_a_due_heartbeat_in_a_group_commit_and_wakes_no_scheduler(
+    api: TestClient, home: Path, ctx: ServerContext
+) -> None:
+    clock = Clock()
+    ctx.clock = clock  # type: ignore[method-assign]
+    _report(api, home)  # registers: the write path
+    assert _node(ctx).last_seen == clock.now
+    batches, woken = ctx.commits.batches, ctx.scheduler_wake.generation
+    clock.now += 1.0  # not due yet (half of heartbeat_write_s: 2.5 s)
+    _report(api, home, {"cpu_percent": 5.0})
+    assert _node(ctx).last_seen == clock.now - 1.0 and ctx.commits.batches == batches
+    clock.now += ctx.settings.heartbeat_write_s  # due
+    _report(api, home, {"cpu_percent": 7.0})
+    stored = _node(ctx)
+    assert (stored.last_seen, stored.usage) == (clock.now, {"cpu_percent": 7.0})
+    assert ctx.commits.batches == batches + 1  # one group commit, durable before the answer
+    assert ctx.scheduler_wake.generation == woken  # a heartbeat changes nothing it reads
+
+
+def test_a_node_lost_between_the_read_and_the_write_comes_back_through_the_full_path(
+    api: TestClient, home: Path, ctx: ServerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    ctx.clock = clock  # type: ignore[method-assign]
+    _report(api, home)
+    clock.now += ctx.settings.heartbeat_write_s
+    quiet_report = agents.quiet_report
+
+    def lost_after_the_read(*args: object) -> object:
+        quiet = quiet_report(*args)  # type: ignore[arg-type]
+        with ctx.db.write() as session:  # the silent-node check, just then
+            session.execute(update(Node).values(state="NOT_READY"))
+        return quiet
+
+    monkeypatch.setattr(agents, "quiet_report", lost_after_the_read)
+    _report(api, home)
+    monkeypatch.undo()
+    assert (_node(ctx).state, _node(ctx).last_seen) == ("READY", clock.now)
