@@ -4,6 +4,7 @@ the server's answer advises (``heartbeat_s``; 2 s when it says none) and an orde
 held open. Each node has its own connection for its long poll and shares a pool for reports.
 
     .venv/bin/python bench/node_load.py PORT AGENT_TOKEN NODES SECONDS OUT.json [--start N]
+        [--heartbeat S]
 
 Writes how many reports and polls were sent and answered, and the errors seen, to OUT.json.
 Started as a process of its own so that its CPU is not the server's.
@@ -53,17 +54,23 @@ class Tally:
 
 
 async def reporter(
-    client: httpx.AsyncClient, name: str, index: int, until: float, tally: Tally
+    client: httpx.AsyncClient,
+    name: str,
+    index: int,
+    until: float,
+    tally: Tally,
+    fixed: float | None,
 ) -> None:
     body = {"agent_id": name, "nodes": [node_body(name, index)], "agent_version": "bench"}
-    every = DEFAULT_HEARTBEAT_S
+    every = fixed or DEFAULT_HEARTBEAT_S
     await asyncio.sleep(random.uniform(0, every))
     while time.monotonic() < until:
         try:
             answer = await client.post("/api/v1/agent/report", json=body)
             if answer.status_code == 200:
                 tally.reports += 1
-                every = float(answer.json().get("heartbeat_s") or DEFAULT_HEARTBEAT_S)
+                advised = answer.json().get("heartbeat_s")
+                every = fixed or float(advised or DEFAULT_HEARTBEAT_S)
                 tally.heartbeat_s = every
             else:
                 tally.error(f"report {answer.status_code}")
@@ -91,7 +98,9 @@ async def poller(port: int, headers: dict[str, str], name: str, until: float, ta
                 await asyncio.sleep(1.0)
 
 
-async def run(port: int, token: str, nodes: int, seconds: float, start: int) -> Tally:
+async def run(
+    port: int, token: str, nodes: int, seconds: float, start: int, fixed: float | None
+) -> Tally:
     headers = {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
     tally = Tally()
     until = time.monotonic() + seconds
@@ -102,7 +111,7 @@ async def run(port: int, token: str, nodes: int, seconds: float, start: int) -> 
         tasks = []
         for i in range(start, start + nodes):
             name = f"sim-{i:05d}"
-            tasks.append(asyncio.create_task(reporter(shared, name, i, until, tally)))
+            tasks.append(asyncio.create_task(reporter(shared, name, i, until, tally, fixed)))
             tasks.append(asyncio.create_task(poller(port, headers, name, until, tally)))
         await asyncio.gather(*tasks)
     return tally
@@ -116,8 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("seconds", type=float)
     parser.add_argument("out", type=Path)
     parser.add_argument("--start", type=int, default=0, help="the first node's number")
+    parser.add_argument(
+        "--heartbeat", type=float, help="report this often whatever the server advises"
+    )
     args = parser.parse_args(argv)
-    tally = asyncio.run(run(args.port, args.token, args.nodes, args.seconds, args.start))
+    tally = asyncio.run(
+        run(args.port, args.token, args.nodes, args.seconds, args.start, args.heartbeat)
+    )
     args.out.write_text(
         json.dumps(
             {

@@ -64,7 +64,9 @@ def _reads(server: Server, until: float, out: list[float]) -> None:
         time.sleep(0.25)
 
 
-def _loads(server: Server, nodes: int, seconds: float, scratch: Path) -> list[Any]:
+def _loads(
+    server: Server, nodes: int, seconds: float, scratch: Path, fixed: float | None
+) -> list[Any]:
     loads = []
     for part in range(math.ceil(nodes / NODES_PER_LOAD)):
         count = min(NODES_PER_LOAD, nodes - part * NODES_PER_LOAD)
@@ -72,13 +74,20 @@ def _loads(server: Server, nodes: int, seconds: float, scratch: Path) -> list[An
         command = [sys.executable, str(ROOT / "bench" / "node_load.py"), str(server.port)]
         command += [server.agent_token, str(count), str(seconds), str(out)]
         command += ["--start", str(part * NODES_PER_LOAD)]
+        command += [] if fixed is None else ["--heartbeat", str(fixed)]
         loads.append((subprocess.Popen(command), out))
     return loads
 
 
 def measure(
-    store_name: str, store: str | None, nodes: int, args: argparse.Namespace
+    store_name: str,
+    store: str | None,
+    nodes: int,
+    args: argparse.Namespace,
+    fixed: float | None = None,
 ) -> dict[str, Any]:
+    """One server with ``nodes`` simulated nodes; ``fixed``: they report this often, as agents
+    before the server advised an interval did (2 s), whatever it advises."""
     scratch = Path(tempfile.mkdtemp(prefix=f"nodes-{store_name}-{nodes}-"))
     server = Server(scratch / "home", scheduler="process", store=store,
                     node_timeout=args.node_timeout)  # fmt: skip
@@ -89,14 +98,15 @@ def measure(
         idle = (server.cpu_s() + server.scheduler_cpu_s() - idle_cpu) / (
             time.monotonic() - idle_began
         )
-        loads = _loads(server, nodes, REGISTER_TIMEOUT_S + args.seconds + 60, scratch)
+        loads = _loads(server, nodes, REGISTER_TIMEOUT_S + args.seconds + 60, scratch, fixed)
         began = time.monotonic()
         while _ready(server) < nodes:
             if time.monotonic() - began > REGISTER_TIMEOUT_S:
                 raise SystemExit(f"{nodes} nodes did not register in {REGISTER_TIMEOUT_S:g} s")
             time.sleep(2)
         registered_s = time.monotonic() - began
-        heartbeat = ServerSettings(home=scratch, node_timeout_s=args.node_timeout).heartbeat_s
+        advised = ServerSettings(home=scratch, node_timeout_s=args.node_timeout).heartbeat_s
+        heartbeat = fixed or advised
         time.sleep(heartbeat + 2)
         reads: list[float] = []
         reader = threading.Thread(
@@ -121,7 +131,8 @@ def measure(
     return {
         "store": store_name,
         "nodes": nodes,
-        "heartbeat_s": heartbeat,
+        "heartbeat_s": round(heartbeat, 2),
+        "advised": fixed is None,
         "registered_s": round(registered_s, 1),
         "idle_cpu_ms_per_s": round(idle * 1000, 1),
         "cpu_ms_per_s": round(cpu * 1000, 1),
@@ -142,7 +153,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         met = "met" if r["per_node_ms_per_s"] <= TARGET_MS else "missed"
         lines.append(
-            f"| {r['store']} | {r['nodes']:,} | {r['heartbeat_s']:g} s | {r['registered_s']:g} s"
+            f"| {r['store']} | {r['nodes']:,} | {r['heartbeat_s']:g} s"
+            f"{'' if r['advised'] else ' (fixed, as older agents)'} | {r['registered_s']:g} s"
             f" | {r['cpu_ms_per_s']:g} ms/s ({r['idle_cpu_ms_per_s']:g}) | "
             f"{r['per_node_ms_per_s']:g} ms/s ({met}) | {r['ready_at_end']:,} | {r['errors']} | "
             f"{r['read_p50_ms']} / {r['read_p99_ms']} ms |"
@@ -170,9 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             cluster = start_cluster(durable=True)
         try:
-            for nodes in sizes:
+            runs = [(sizes[0], 2.0)] + [(n, None) for n in sizes]  # 2 s: agents before
+            for nodes, fixed in runs:
                 store = cluster.new_database() if cluster is not None else None
-                rows.append(measure(store_name, store, nodes, args))
+                rows.append(measure(store_name, store, nodes, args, fixed))
                 print(json.dumps(rows[-1]))
         finally:
             if cluster is not None:

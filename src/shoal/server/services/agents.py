@@ -28,7 +28,13 @@ from shoal.server.context import ServerContext
 from shoal.server.services.arrays import env_array
 from shoal.server.services.images import image_ref_for
 from shoal.server.services.metrics import record_report
-from shoal.server.services.reports import apply_report, heartbeats, node_epochs, quiet_report
+from shoal.server.services.reports import (
+    QuietReport,
+    apply_report,
+    heartbeats,
+    node_epochs,
+    quiet_report,
+)
 from shoal.server.services.silent_nodes import lose_silent_nodes  # noqa: F401 (re-exported)
 from shoal.server.services.snapshot import spec_of
 from shoal.server.services.tunnels import proxy_env
@@ -43,7 +49,7 @@ async def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
     """Apply an agent's report: nodes, started and exited attempts (idempotent). A report with
     nothing new is read, not written; its heartbeats, when due, share one group commit with
     other agents' (docs/cluster.md, "Heartbeats"), and are durable before it is answered."""
-    quiet = await run_in_threadpool(quiet_report, ctx, request, ctx.clock())
+    quiet = await run_in_threadpool(_record_and_read, ctx, request)  # one thread hop
     written = quiet is None or not quiet.due
     if not written and quiet is not None:
         written = await ctx.commits.run(heartbeats(quiet.due, ctx.clock()), wake=False)
@@ -53,11 +59,15 @@ async def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
         acked, stale = await run_in_threadpool(apply_report, ctx, request)
     else:
         acked, stale = [], quiet.stale
-    await run_in_threadpool(record_report, ctx, request)  # the nodes' metrics (docs/metrics.md)
     settings = ctx.settings
     return ReportResponse(
         acked=acked, kill=stale, lease_s=settings.lease_s, heartbeat_s=settings.heartbeat_s
     )
+
+
+def _record_and_read(ctx: ServerContext, request: ReportRequest) -> QuietReport | None:
+    record_report(ctx, request)  # the nodes' metrics (docs/metrics.md)
+    return quiet_report(ctx, request, ctx.clock())
 
 
 async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
