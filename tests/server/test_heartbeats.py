@@ -115,3 +115,22 @@ def test_a_node_lost_between_the_read_and_the_write_comes_back_through_the_full_
     _report(api, home)
     monkeypatch.undo()
     assert (_node(ctx).state, _node(ctx).last_seen) == ("READY", clock.now)
+
+
+def test_an_identifier_longer_than_its_column_is_refused_and_free_text_is_cut(
+    api: TestClient, home: Path, ctx: ServerContext
+) -> None:
+    """PostgreSQL enforces VARCHAR lengths (SQLite does not): a node name over 128 characters is
+    a 422 naming the field, not a failed write; a platform's hold text is cut to 255."""
+    body = {"agent_id": "a", "nodes": [{**NODE, "name": "n" * 129}], "agent_version": "1"}
+    answer = api.post("/api/v1/agent/report", json=body, headers=agent_headers(home))
+    assert answer.status_code == 422, answer.text
+    assert "name" in answer.text and "128" in answer.text
+    held = {**NODE, "platform_hold": "cordoned: " + "x" * 400}
+    body = {"agent_id": "a", "nodes": [held], "agent_version": "1"}
+    answer = api.post("/api/v1/agent/report", json=body, headers=agent_headers(home))
+    assert answer.status_code == 200, answer.text
+    hold = _node(ctx).platform_hold
+    assert hold is not None and len(hold) == 255 and hold.startswith("cordoned: x")
+    answer = api.post("/api/v1/agent/report", json=body, headers=agent_headers(home))
+    assert answer.status_code == 200 and _node(ctx).platform_hold == hold  # quiet: the same

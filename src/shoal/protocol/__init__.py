@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from shoal.protocol.sessions import (
     DEFAULT_EXEC_ARGV,
@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 2  # 2: node epochs, attempt leases (fencing), fenced exits
+TEXT_CHARS = 255  # the store's VARCHAR(255) columns (PostgreSQL enforces them; SQLite does not)
 PROTOCOL_HEADER = "X-Shoal-Protocol"
 # The HTTP status of a refused version (426 Upgrade Required) and the error code in its body.
 MISMATCH_STATUS = 426
@@ -201,13 +202,19 @@ class PreemptionNotice(BaseModel):
     not_before: float | None = Field(None, description="When, at the earliest (epoch seconds).")
 
 
+def _clip(text: str | None) -> str | None:
+    """Free text from a platform, cut to what the store's column holds."""
+    return text if text is None or len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"
+
+
 class AgentNode(BaseModel):
-    name: str
-    address: str
+    # identifiers longer than the store's columns are refused (422 naming the field), not cut
+    name: str = Field(min_length=1, max_length=128)
+    address: str = Field(max_length=TEXT_CHARS)
     cpu_millis: int
     memory_mib: int
     gpu_indices: list[int]
-    gpu_type: str | None = None
+    gpu_type: str | None = Field(None, max_length=64)
     port_low: int
     port_high: int
     usage: dict[str, Any] = Field(default_factory=dict)
@@ -233,13 +240,14 @@ class AgentNode(BaseModel):
         "Node's Ready condition). The node is NOT_READY, but its tasks are not lost: the agent "
         "says when each ends.",
     )
-    platform_hold: str | None = Field(
+    platform_hold: Annotated[str | None, AfterValidator(_clip)] = Field(
         None,
         description="Why the platform keeps new tasks off the node (a cordoned Kubernetes Node, "
         "a NoSchedule taint); None: it does not.",
     )
     task_address: str | None = Field(
         None,
+        max_length=TEXT_CHARS,
         description="How peers reach a task placed here, a pattern of {job}, {role} and {index} "
         "(each a dns_label): a Kubernetes Pod's DNS name in the pod-network mode. None: at the "
         "node's address.",
@@ -324,11 +332,13 @@ Fencing = Literal["lease", "confirmed"]
 
 
 class ReportRequest(BaseModel):
-    agent_id: str
+    agent_id: str = Field(min_length=1, max_length=128)
     nodes: list[AgentNode]
     running: list[RunningReport] = Field(default_factory=list)
     exited: list[ExitReport] = Field(default_factory=list)
-    agent_version: str | None = Field(None, description="The shoal version the agent runs.")
+    agent_version: str | None = Field(
+        None, max_length=64, description="The shoal version the agent runs."
+    )
     fencing: Fencing = Field("lease", description="How this agent's tasks are fenced.")
 
 
