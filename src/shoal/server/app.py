@@ -65,6 +65,7 @@ from shoal.server.services.agents import restart_node_clocks
 from shoal.server.services.blobs import BlobStore
 from shoal.server.services.tunnels import ensure_proxy_key
 from shoal.server.settings import ServerSettings
+from shoal.server.shared_positions import SharedPositions
 from shoal.server.storage import disk_full_answer
 from shoal.server.store_news import StoreNewsListener, install_announcer
 from shoal.server.tls import https_options, serve_live
@@ -100,6 +101,18 @@ def prepare(settings: ServerSettings) -> ServerContext:
     return ctx
 
 
+def share_the_store(ctx: ServerContext) -> StoreNewsListener | None:
+    """On PostgreSQL (several servers may share it): other servers' writes wake this one's long
+    polls and scheduler (the listener returned, started), and its API shows the leader's queue
+    positions when its own scheduler does not lead."""
+    if ctx.db.is_sqlite:
+        return None
+    ctx.shared_positions = SharedPositions(ctx)
+    listener = StoreNewsListener(ctx, ctx.server_id)
+    listener.start()
+    return listener
+
+
 def _keep_private(home: Path) -> None:
     """The home (tokens, store, CA key, blobs) is the server's user's alone, whatever made it:
     mode 0700 (docs/security.md). A home of another owner is left as it is (and said)."""
@@ -125,10 +138,7 @@ def create_app(ctx: ServerContext, run_scheduler: bool = True) -> FastAPI:
             restart_node_clocks(ctx)  # this server's down time is not held against agents
             loop.start()
         culler = asyncio.ensure_future(stop_idle_jobs(ctx))  # docs/notebooks.md
-        # other servers' writes wake this one's long polls and scheduler
-        listener = None if ctx.db.is_sqlite else StoreNewsListener(ctx, ctx.server_id)
-        if listener is not None:
-            listener.start()
+        listener = share_the_store(ctx)
         scaler = start_autoscaler(ctx) if run_scheduler else None  # docs/cloud.md
         yield
         culler.cancel()

@@ -64,6 +64,11 @@ class ServerContext:
     closing: bool = False  # set when the server shuts down: long polls answer at once
     # as of the last cycle: the scheduler thread's own, or a proxy asking the scheduler process
     positions: Positions = field(default_factory=QueuePositions)
+    # on a store shared by several servers: the leader's positions when this server's scheduler
+    # does not lead (server/shared_positions.py; set by the app on PostgreSQL)
+    shared_positions: Positions | None = None
+    # the leading scheduler's writer of those (set by the scheduler loop on PostgreSQL)
+    position_publisher: Any = None
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # last reason written
     # the scheduler's model, cache and resume point (server/loop.py; one owner: the loop)
     scheduler_state: Any = None
@@ -81,6 +86,10 @@ class ServerContext:
 
     def __post_init__(self) -> None:
         self.commits = GroupCommit(self.db, ApiError, self.wake_scheduler)
+
+    def queue_positions(self) -> Positions:
+        """The positions the API shows (``positions``, or the leader's on a shared store)."""
+        return self.shared_positions or self.positions
 
     def wake_scheduler(self) -> None:
         self.scheduler_wake.notify()

@@ -33,6 +33,7 @@ from shoal.server.positions import Positions, QueuePositions
 from shoal.server.services.applier import apply_plan
 from shoal.server.services.scheduler_lease import LeaseKeeper, StaleLeader
 from shoal.server.services.silent_nodes import lose_silent_nodes
+from shoal.server.shared_positions import PositionPublisher
 
 log = logging.getLogger("shoal.scheduler")
 BUSY_GAP_S = 0.02  # after a cycle with a queue, wait this long for more work to join the next
@@ -104,6 +105,8 @@ def publish(ctx: ServerContext, state: SchedulerState, positions: QueuePositions
     ctx.positions = positions
     if state.on_positions is not None:
         state.on_positions(positions)
+    if ctx.position_publisher is not None and ctx.scheduler_lease is not None:
+        ctx.position_publisher.offer(positions, ctx.scheduler_lease.token, ctx.clock())
 
 
 def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> None:
@@ -131,6 +134,8 @@ class SchedulerLoop:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self.lease = ctx.scheduler_lease = LeaseKeeper(ctx)
+        if not ctx.db.is_sqlite:  # the other servers on the store show its queue positions
+            ctx.position_publisher = PositionPublisher(ctx.db)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.run, name="shoal-scheduler", daemon=True)
 

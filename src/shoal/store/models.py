@@ -501,3 +501,16 @@ class SchedulerLeaseRow(Base):
     token: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[float] = mapped_column(Float)
     acquired_at: Mapped[float] = mapped_column(Float)
+
+
+class PublishedPositionsRow(Base):
+    """The leading scheduler's queue positions for the other servers on the store (migration
+    0033; server/shared_positions.py): each queue's job ids in order, one queue per line block.
+    ``token``: the lease's, so a stale leader cannot overwrite a newer one's."""
+
+    __tablename__ = "published_positions"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+    published_at: Mapped[float] = mapped_column(Float)
+    queues: Mapped[str] = mapped_column(Text)

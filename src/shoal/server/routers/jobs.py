@@ -182,7 +182,7 @@ def list_jobs(
         # The page's ids first, then its rows: sorting ids is cheap, sorting whole rows (job
         # files, specs) of every match before the limit is not.
         ids = list(session.scalars(page))
-        now, positions = ctx.clock(), ctx.positions
+        now, positions = ctx.clock(), ctx.queue_positions()
         summaries: list[JobSummary] = []
         for start in range(0, len(ids), _SUMMARY_CHUNK):
             chunk = ids[start : start + _SUMMARY_CHUNK]
@@ -221,7 +221,7 @@ def get_job(job: str, ctx: Context, caller: Caller) -> JobDetail:
     """One job with its current attempt's tasks. ``job`` is an id or a name."""
     with ctx.db.read() as session:
         found = job_service.find_job(session, caller, job)
-        detail = job_detail(session, found, position_of(ctx.positions, found))
+        detail = job_detail(session, found, position_of(ctx.queue_positions(), found))
         detail.accounting = job_accounts(session, [found], ctx.clock())[found.id]
         return detail
 
@@ -258,7 +258,7 @@ def pending_reason(job: str, ctx: Context, caller: Caller) -> PendingDetail:
             virtualCluster=found.virtual_cluster,
             code=found.pending_code,
             message=found.pending_message,
-            position=position_of(ctx.positions, found),
+            position=position_of(ctx.queue_positions(), found),
             blockers=blockers,
             preempting=preempting,
             blockerDetails=None if blockers is None else job_refs(session, blockers, held),

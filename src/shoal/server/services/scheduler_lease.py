@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from shoal.server.context import ServerContext
+from shoal.server.shared_positions import lease_holder
 from shoal.store.models import SchedulerLeaseRow
 
 log = logging.getLogger("shoal.scheduler")
@@ -49,7 +49,7 @@ class Held:
 class LeaseKeeper:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
-        self.holder = f"{socket.gethostname()}:{ctx.settings.home}"
+        self.holder = lease_holder(ctx)
         self.incarnation = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"  # pid first: see _gone
         self.token: int | None = None
         self.ever_held = False
