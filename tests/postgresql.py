@@ -54,6 +54,7 @@ def unusable() -> str | None:
 class PgCluster:
     directory: Path
     port: int
+    host: str = "127.0.0.1"  # the address its URLs name (start_cluster's also_listen_on)
     _names: Iterator[int] = field(default_factory=itertools.count)
 
     @property
@@ -61,7 +62,7 @@ class PgCluster:
         return self.directory / "data"
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{USER}@{self.host}:{self.port}/{database}"
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         done = subprocess.run(
@@ -103,14 +104,20 @@ class PgCluster:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_cluster(durable: bool = False) -> PgCluster:
+def start_cluster(
+    durable: bool = False, also_listen_on: str | None = None, trusted_net: str | None = None
+) -> PgCluster:
     """initdb and start; the directory is removed again if either fails. ``durable``: fsync
-    and synchronous commits on, as a production server runs (benchmarks)."""
+    and synchronous commits on, as a production server runs (benchmarks). ``also_listen_on``:
+    an address to listen on besides 127.0.0.1 (e.g. a namespace lab's root-side address, for
+    servers in the lab's hosts; the cluster's URLs then name it), and ``trusted_net``: the
+    network (CIDR) whose clients it trusts there."""
     bin_dir = binaries()
     assert bin_dir is not None
     directory = Path(tempfile.mkdtemp(prefix="shoal-pg-"))
     shutil.chown(directory, USER, USER)
-    cluster = PgCluster(directory, free_port())
+    cluster = PgCluster(directory, free_port(), host=also_listen_on or "127.0.0.1")
+    listen = ",".join(["127.0.0.1", *([also_listen_on] if also_listen_on else [])])
     try:
         init = subprocess.run(
             [str(bin_dir / "initdb"), "-D", str(cluster.data), "-U", USER, "--auth=trust",
@@ -118,8 +125,11 @@ def start_cluster(durable: bool = False) -> PgCluster:
             user=USER, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert init.returncode == 0, f"initdb: {init.stderr}"
+        if trusted_net is not None:  # a throwaway cluster: trust, as initdb does for loopback
+            with open(cluster.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {trusted_net} trust\n")
         options = " ".join(
-            [f"-c listen_addresses=127.0.0.1 -p {cluster.port} -k {cluster.data}"]
+            [f"-c listen_addresses={listen} -p {cluster.port} -k {cluster.data}"]
             + [f"-c {setting}" for setting in SETTINGS if not durable or "max_conn" in setting]
         )
         started = subprocess.run(

@@ -85,10 +85,10 @@ def test_a_quiet_report_writes_a_due_heartbeat_in_a_group_commit_and_wakes_no_sc
     _report(api, home)  # registers: the write path
     assert _node(ctx).last_seen == clock.now
     batches, woken = ctx.commits.batches, ctx.scheduler_wake.generation
-    clock.now += 1.0  # not due yet (half of heartbeat_write_s: 2.5 s)
+    clock.now += 1.0  # not due yet (heartbeat_write_s: 5 s)
     _report(api, home, {"cpu_percent": 5.0})
     assert _node(ctx).last_seen == clock.now - 1.0 and ctx.commits.batches == batches
-    clock.now += ctx.settings.heartbeat_write_s  # due
+    clock.now += ctx.settings.heartbeat_write_s  # due: 6 s after it was written
     _report(api, home, {"cpu_percent": 7.0})
     stored = _node(ctx)
     assert (stored.last_seen, stored.usage) == (clock.now, {"cpu_percent": 7.0})
@@ -102,7 +102,7 @@ def test_a_node_lost_between_the_read_and_the_write_comes_back_through_the_full_
     clock = Clock()
     ctx.clock = clock  # type: ignore[method-assign]
     _report(api, home)
-    clock.now += ctx.settings.heartbeat_write_s
+    clock.now += ctx.settings.heartbeat_write_s + 1
     quiet_report = agents.quiet_report
 
     def lost_after_the_read(*args: object) -> object:

@@ -297,7 +297,7 @@ def quiet_report(ctx: ServerContext, request: ReportRequest, now: float) -> Quie
         return None
     if any(is_new(ctx, n.name, n.preemption) for n in request.nodes):
         return None
-    every = ctx.settings.heartbeat_write_s / 2
+    every = ctx.settings.heartbeat_write_s  # so last_seen lags a report by at most this
     due: list[tuple[str, dict[str, Any]]] = []
     with ctx.db.read() as session:
         if left_the_cluster(session, request):
