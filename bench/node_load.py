@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -99,10 +101,15 @@ async def poller(port: int, headers: dict[str, str], name: str, until: float, ta
 
 
 async def run(
-    port: int, token: str, nodes: int, seconds: float, start: int, fixed: float | None
+    port: int,
+    token: str,
+    nodes: int,
+    seconds: float,
+    start: int,
+    fixed: float | None,
+    tally: Tally,
 ) -> Tally:
     headers = {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
-    tally = Tally()
     until = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(
@@ -117,6 +124,10 @@ async def run(
     return tally
 
 
+def _stop(_signal: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("port", type=int)
@@ -129,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         "--heartbeat", type=float, help="report this often whatever the server advises"
     )
     args = parser.parse_args(argv)
-    tally = asyncio.run(
-        run(args.port, args.token, args.nodes, args.seconds, args.start, args.heartbeat)
-    )
+    tally = Tally()
+    signal.signal(signal.SIGTERM, _stop)  # the bench ends it so: the tally is still written
+    with contextlib.suppress(KeyboardInterrupt, SystemExit):
+        asyncio.run(
+            run(args.port, args.token, args.nodes, args.seconds, args.start, args.heartbeat, tally)
+        )
     args.out.write_text(
         json.dumps(
             {

@@ -91,6 +91,7 @@ def measure(
     scratch = Path(tempfile.mkdtemp(prefix=f"nodes-{store_name}-{nodes}-"))
     server = Server(scratch / "home", scheduler="process", store=store,
                     node_timeout=args.node_timeout)  # fmt: skip
+    loads: list[Any] = []
     try:
         time.sleep(3)
         idle_began, idle_cpu = time.monotonic(), server.cpu_s() + server.scheduler_cpu_s()
@@ -120,13 +121,12 @@ def measure(
             time.monotonic() - window_began
         )
         ready = _ready(server)
-        tallies = []
-        for process, out in loads:
+    finally:
+        for process, _ in loads:  # ended by PID, also when the run is cut short
             process.terminate()
             process.wait(timeout=60)
-            tallies.append(json.loads(out.read_text()) if out.exists() else {})
-    finally:
         server.stop()
+    tallies = [json.loads(out.read_text()) if out.exists() else {} for _, out in loads]
     per_node = (cpu - idle) * 1000 / nodes
     return {
         "store": store_name,
