@@ -365,9 +365,9 @@ class LogsNotShared(AssertionError):
 def test_kill_9_of_the_leading_server_under_load_loses_nothing_and_runs_nothing_twice(
     pair: Pair,
 ) -> None:
-    s1, s2 = pair.heads
-    leader, other = (s1, s2) if s1.holds(pair.lease()[0]) else (s2, s1)
-    _, token_before = pair.lease()
+    leader, other = pair.heads  # s1 leads (build): n1 ships logs to it, n2 to s2
+    holder, token_before = pair.lease()
+    assert leader.holds(holder), holder
     client = pair.client(leader, other)  # submissions go through the leader until it dies
     longs = {}
     for n in (1, 2):
@@ -383,7 +383,7 @@ def test_kill_9_of_the_leading_server_under_load_loses_nothing_and_runs_nothing_
     load = Load(pair.client(leader, other), pair.stamps)
     load.start()
     try:
-        # the leader holds the whole logs of tasks that ended (n1 ships to it first)
+        # the leader holds the whole logs of tasks that ended on n1
         until(
             lambda: len(load.acked) >= 15 and ended_on(pair, "n1") >= 1,
             60,
