@@ -3,8 +3,10 @@ two agents and a client are given both servers' URLs (docs/postgresql.md, "Sever
 Under a load of submissions, ``kill -9`` of the server whose scheduler holds the lease (its
 whole process group, its scheduler process with it): the other server's scheduler holds the
 lease within the target; every job the client got an acknowledgement for exists exactly once
-and succeeds; no task ran twice; the tasks that were running finish with their whole logs; the
-killed server, started again on its home, answers and follows.
+and succeeds; no task ran twice; the tasks that were running finish with their whole logs, and
+every task's log reads whole through either server (both keep logs in one shared directory,
+`shoal server init --files-dir`); the killed server, started again on its home, answers and
+follows.
 
 Proof that no task ran twice, beside the store's attempt counters: each task appends its job's
 id to a stamp file named after its job (on the filesystem the namespace hosts share) before it
@@ -152,7 +154,8 @@ class Pair:
             for part in ("ca.crt", "ca.key"):
                 shutil.copy2(self.heads[0].home / "pki" / part, head.home / "pki" / part)
         init = self.shoal(None, "server", "init", "--home", str(head.home),
-                          "--host", head.host.address, "--store", self.store)  # fmt: skip
+                          "--host", head.host.address, "--store", self.store,
+                          "--files-dir", str(self.root / "shared-files"))  # fmt: skip
         assert init.returncode == 0, init.stdout + init.stderr
         self.heads.append(head)
 
@@ -351,17 +354,6 @@ def assert_once_each(pair: Pair, acked: dict[str, str], submitted: list[str]) ->
     assert not stray, stray
 
 
-class LogsNotShared(AssertionError):
-    """A task's log read through one server misses what its agent shipped to the other."""
-
-
-@pytest.mark.xfail(
-    raises=LogsNotShared,
-    strict=True,
-    reason="task logs are kept in the home of the server the agent shipped them to "
-    "(ServerSettings.logs_dir): the other server lacks the logs of tasks that ended before the "
-    "kill, and the restarted server serves the cut-off logs of tasks that ran across it",
-)
 def test_kill_9_of_the_leading_server_under_load_loses_nothing_and_runs_nothing_twice(
     pair: Pair,
 ) -> None:
@@ -417,9 +409,9 @@ def test_kill_9_of_the_leading_server_under_load_loses_nothing_and_runs_nothing_
     logs = read_logs(pair, expected, {"survivor": pair.client(other), "restarted": restarted})
     ended_after = {job_id for job_id, ended in ended_at(pair).items() if ended >= killed_wall}
     assert_running_logs_whole(logs, expected, ended_after)
+    # both servers keep logs in one shared directory (`init --files-dir`): each serves them all
     gaps = log_gaps(logs, expected)
-    if gaps:  # logs that ended on the killed server's disk only, or were cut short there
-        raise LogsNotShared(gaps)
+    assert not gaps, gaps
 
 
 def rejoin_as_follower(

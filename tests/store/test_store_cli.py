@@ -4,7 +4,9 @@ PostgreSQL store is migrated, gets the admin user, and is recorded (mode 0600) f
 
 from __future__ import annotations
 
+import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from shoal.cli.main import app
+from shoal.server.app import prepare
+from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, home_store, store_url
 from shoal.store.models import User
 
@@ -78,3 +82,45 @@ def test_init_with_a_store_refuses_a_home_whose_cluster_is_elsewhere(
     assert "move-store" in out
     assert not (home / "store.url").exists()
     assert (home / "admin.token").read_text() == token
+
+
+def test_init_files_dir_puts_logs_and_blobs_there_and_refuses_to_move_them(
+    tmp_path: Path,
+) -> None:
+    """`init --files-dir` (servers on one store share one): recorded in the home, used by every
+    start (logs, blobs, old code archives), and never changed under files already written."""
+    home, shared = tmp_path / "home", tmp_path / "shared"
+    code, out = shoal("server", "init", "--home", str(home), "--host", "127.0.0.1",
+                      "--files-dir", str(shared))  # fmt: skip
+    assert code == 0, out
+    assert (home / "files.dir").read_text().strip() == str(shared.resolve())
+    ctx = prepare(ServerSettings(home=home))
+    try:
+        assert ctx.settings.files_dir == shared.resolve()
+        assert ctx.settings.logs_dir == shared.resolve() / "logs"
+        assert ctx.settings.blobs_dir.parent == ctx.settings.code_dir.parent == shared.resolve()
+    finally:
+        ctx.db.dispose()
+    code, out = shoal("server", "init", "--home", str(home), "--files-dir", str(shared))
+    assert code == 0, out  # the same again: nothing to move
+    code, out = shoal("server", "init", "--home", str(home), "--files-dir", str(tmp_path / "x"))
+    assert code == 1 and "move logs/, blobs/ and code/ there" in " ".join(out.split()), out
+    other = tmp_path / "other"
+    (other / "logs").mkdir(parents=True)
+    code, out = shoal("server", "init", "--home", str(other), "--files-dir", str(shared))
+    assert code == 1 and "holds logs or blobs already" in " ".join(out.split()), out
+    assert not (other / "files.dir").exists()
+
+
+def test_a_shared_files_dir_keeps_another_servers_upload_under_way(tmp_path: Path) -> None:
+    """Starting a server clears the uploads a previous run left; in a shared directory only
+    those nobody wrote to for 10 minutes (another server may be receiving the others)."""
+    shared = tmp_path / "shared"
+    partial = shared / "blobs" / "tmp"
+    partial.mkdir(parents=True)
+    (partial / "upload-live").write_bytes(b"half")
+    dead = partial / "upload-dead"
+    dead.write_bytes(b"half")
+    os.utime(dead, (time.time() - 3600, time.time() - 3600))
+    prepare(ServerSettings(home=tmp_path / "home", files_dir=shared)).db.dispose()
+    assert sorted(p.name for p in partial.iterdir()) == ["upload-live"]

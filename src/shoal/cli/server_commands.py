@@ -99,6 +99,12 @@ def init(
         [], "--host", help="A name or address agents and users reach the server at (repeat)."
     ),
     store: str | None = STORE_OPTION,
+    files_dir: Path | None = typer.Option(
+        None,
+        "--files-dir",
+        help="Where task logs and uploaded code and data live (default: --home). Servers "
+        "sharing one --store need one directory they all mount (docs/postgresql.md).",
+    ),
 ) -> None:
     """Create the cluster's CA, the server certificate (for each --host, plus localhost and
     127.0.0.1), the admin user and its token. Run again to add hosts: the CA is kept.
@@ -117,6 +123,8 @@ def init(
     url = _checked_store(store, reach=True) if store is not None else None
     if url is not None:
         _refuse_another_store(home, url)
+    if files_dir is not None:
+        _record_files_dir(home, files_dir)
     if files.ca_cert.exists():
         console.print(f"CA kept: {files.ca_cert} (never replaced; `init` only adds hosts)")
     else:
@@ -159,6 +167,30 @@ def _admin_token(home: Path, store: str | None) -> None:
         record_store(home, store)
         console.print(f"store: {safe_url(store)} (in {home / 'store.url'}, mode 0600)")
     console.print(f"admin user 'admin', token in {home / ADMIN_TOKEN_FILE} (mode 0600)")
+
+
+def _record_files_dir(home: Path, files_dir: Path) -> None:
+    """Record where logs and blobs go; one recorded already is changed only by moving them."""
+    from shoal.store.db import FILES_FILE, record_files_dir, recorded_files_dir
+
+    wanted = files_dir.expanduser().resolve()
+    current = recorded_files_dir(home)
+    if current is not None and current != wanted:
+        raise fail(
+            f"{home} keeps its logs and blobs in {current}: to use {wanted}, stop the server, "
+            f"move logs/, blobs/ and code/ there, and write the new path in {home / FILES_FILE}"
+        )
+    if current is None and any((home / part).exists() for part in ("logs", "blobs", "code")):
+        raise fail(
+            f"{home} holds logs or blobs already: move logs/, blobs/ and code/ to {wanted} "
+            f"first, then run init --files-dir again"
+        )
+    try:
+        wanted.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise fail(f"--files-dir {wanted}: {exc.strerror}") from None
+    record_files_dir(home, wanted)
+    console.print(f"logs and blobs: {wanted} (in {home / FILES_FILE})")
 
 
 def _refuse_another_store(home: Path, url: str) -> None:

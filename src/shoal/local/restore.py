@@ -37,7 +37,15 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from shoal.backup_archive import DATABASE, BackupError, Manifest, verify
 from shoal.store.copy import copied_tables, copy_rows
-from shoal.store.db import MIGRATIONS, Database, home_store, open_problem, safe_url, store_url
+from shoal.store.db import (
+    MIGRATIONS,
+    Database,
+    home_store,
+    open_problem,
+    recorded_files_dir,
+    safe_url,
+    store_url,
+)
 from shoal.store.models import SchedulerLeaseRow, Token
 
 SCHEDULER_LOCK = "scheduler.lock"  # held by a running server's scheduler (scheduler_main.py)
@@ -154,8 +162,14 @@ def _set_aside(database: Path, stamp: str) -> Path | None:
     return kept
 
 
+def _files(home: Path) -> Path:
+    """Where the server of ``home`` keeps logs and blobs (``shoal server init --files-dir``)."""
+    return recorded_files_dir(home) or home
+
+
 def _add_files(backup: Path, manifest: Manifest, home: Path) -> int:
     """Blobs (content-addressed: one already there is the same) and old jobs' code archives."""
+    home = _files(home)
     code = {b["sha256"] for b in manifest.data["blobs"] if b.get("code")}
     added = 0
     with tarfile.open(backup, "r:") as archive:
@@ -335,6 +349,7 @@ def _job_ids(database: Path) -> set[str]:
 def _logs_aside(home: Path, kept_jobs: set[str], stamp: str) -> Path | None:
     """Move the log directories of jobs the backup does not have out of ``logs/``: a job given
     the same id after the restore must not find them."""
+    home = _files(home)
     logs = home / "logs"
     strays = [p for p in logs.iterdir() if p.name not in kept_jobs] if logs.is_dir() else []
     if not strays:

@@ -62,14 +62,14 @@ from shoal.server.routers import pools as pool_routes
 from shoal.server.scheduler_process import SchedulerProcess
 from shoal.server.services import audit, idle_jobs
 from shoal.server.services.agents import restart_node_clocks
-from shoal.server.services.blobs import BlobStore
+from shoal.server.services.blobs import PARTIAL_IDLE_S, BlobStore
 from shoal.server.services.tunnels import ensure_proxy_key
 from shoal.server.settings import ServerSettings
 from shoal.server.shared_positions import SharedPositions
 from shoal.server.storage import disk_full_answer
 from shoal.server.store_news import StoreNewsListener, install_announcer
 from shoal.server.tls import https_options, serve_live
-from shoal.store.db import Database, home_store
+from shoal.store.db import Database, home_store, recorded_files_dir
 
 ADMIN_TOKEN_FILE = "admin.token"
 AGENT_TOKEN_FILE = "agent.token"
@@ -87,14 +87,18 @@ def prepare(settings: ServerSettings) -> ServerContext:
     url = settings.database_url or home_store(settings.home)
     db = Database(url)
     db.migrate()
-    # the store's URL as resolved, for the scheduler process (it gets these settings)
-    ctx = ServerContext(settings=dataclasses.replace(settings, database_url=db.url), db=db)
+    # the store's URL and the files directory as resolved, for the scheduler process too
+    files_dir = settings.files_dir or recorded_files_dir(settings.home)
+    resolved = dataclasses.replace(settings, database_url=db.url, files_dir=files_dir)
+    ctx = ServerContext(settings=resolved, db=db)
+    settings = resolved
     ensure_token_file(db, settings.home / ADMIN_TOKEN_FILE, "user", ctx.clock())
     if not settings.tls:  # on the network, agents join with tokens and use node certificates
         ensure_token_file(db, settings.home / AGENT_TOKEN_FILE, "agent", ctx.clock())
     if settings.kubernetes:  # the agent whose nodes are a Kubernetes cluster's, beside the server
         ensure_token_file(db, settings.home / KUBERNETES_TOKEN_FILE, "kubernetes", ctx.clock())
-    BlobStore(settings.blobs_dir).clear_partial()  # uploads a previous run did not finish
+    # uploads a previous run did not finish (in a shared files directory: only dead ones)
+    BlobStore(settings.blobs_dir).clear_partial(PARTIAL_IDLE_S if files_dir else 0.0)
     ctx.proxy_key = ensure_proxy_key(settings.home)  # tasks' proxy tokens (docs/proxy.md)
     if not db.is_sqlite:  # its commits' news reach the other servers on the store
         install_announcer(db, ctx.server_id)

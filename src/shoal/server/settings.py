@@ -115,6 +115,9 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8476
     database_url: str | None = None
+    # where task logs and uploaded blobs live (None: the home). Several servers on one store
+    # share one (a shared filesystem): docs/postgresql.md, "Several servers"
+    files_dir: Path | None = None
     scheduler_interval_s: float = 2.0  # fallback wake-up; events wake the loop at once
     node_timeout_s: float = 30.0  # an agent silent this long loses its nodes
     kill_grace_s: float = 10.0  # SIGTERM, then SIGKILL after this long
@@ -213,17 +216,17 @@ class ServerSettings:
 
     @property
     def logs_dir(self) -> Path:
-        return self.home / "logs"
+        return (self.files_dir or self.home) / "logs"
 
     @property
     def code_dir(self) -> Path:
         """Code archives of jobs stored before code was content-addressed: {job_id}.tar.gz."""
-        return self.home / "code"
+        return (self.files_dir or self.home) / "code"
 
     @property
     def blobs_dir(self) -> Path:
         """Code archives and data sets by sha256 (``sha256/<hash>``; uploads under way: tmp/)."""
-        return self.home / "blobs"
+        return (self.files_dir or self.home) / "blobs"
 
 
 def _ceil_half(value: float) -> float:

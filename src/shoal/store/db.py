@@ -85,6 +85,21 @@ def record_store(home: Path, url: str) -> None:
     os.replace(partial, path)
 
 
+FILES_FILE = "files.dir"  # in the home: the files directory `shoal server init --files-dir` set
+
+
+def recorded_files_dir(home: Path) -> Path | None:
+    """Where the server of ``home`` keeps task logs and blobs, if not in the home: a directory
+    several servers on one store share (docs/postgresql.md, "Several servers")."""
+    path = home / FILES_FILE
+    return Path(path.read_text().strip()) if path.is_file() else None
+
+
+def record_files_dir(home: Path, files_dir: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (home / FILES_FILE).write_text(f"{files_dir}\n")
+
+
 def open_problem(url: str, exc: BaseException) -> str | None:
     """What a user is told when the store at ``url`` cannot be opened (None: not such a
     problem, let it rise): the driver is not installed, or the server refused or is not there."""

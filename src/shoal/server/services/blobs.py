@@ -9,10 +9,12 @@ The same content is stored once, whoever uploads it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from shoal.server.context import ApiError
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 SHA256_RE = re.compile(SHA256_PATTERN)
+PARTIAL_IDLE_S = 600.0  # an upload not written to for this long is a dead one
 WRITE_BATCH = 1 << 20  # bytes gathered before one write (in a worker thread)
 
 
@@ -59,13 +62,18 @@ class BlobStore:
         """Whether the store has this content as a checked code archive."""
         return self.has(sha256) and (self.root / "code" / sha256).is_file()
 
-    def clear_partial(self) -> int:
-        """Remove the temporary files of uploads a previous run did not finish."""
+    def clear_partial(self, idle_s: float = 0.0) -> int:
+        """Remove the temporary files of uploads a previous run did not finish; with
+        ``idle_s``, only those not written for that long (in a directory several servers share,
+        another may be receiving the others: ``PARTIAL_IDLE_S``)."""
         removed = 0
+        cutoff = time.time() - idle_s
         if self.tmp.is_dir():
             for leftover in self.tmp.iterdir():
-                leftover.unlink(missing_ok=True)
-                removed += 1
+                with contextlib.suppress(FileNotFoundError):
+                    if leftover.stat().st_mtime < cutoff:
+                        leftover.unlink(missing_ok=True)
+                        removed += 1
         return removed
 
     def commit(self, received: Received) -> Path:
