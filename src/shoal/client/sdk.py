@@ -109,7 +109,8 @@ class ShoalClient(ImageCalls, MetricsCalls, AccountCalls, ClusterAdminCalls, Int
             detail = _untrusted(exc)
             if detail is not None:
                 raise UntrustedServer(self.url, detail, self.ca) from None
-            raise ServerUnavailable(self.url) from None
+            unsent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+            raise ServerUnavailable(self.url, sent=not isinstance(exc, unsent)) from None
         self._raise_for(response)
         if response.status_code == 204 or not response.content:
             return None

@@ -39,12 +39,18 @@ class UntrustedServer(ShoalError):
 
 
 class ServerUnavailable(ShoalError):
-    def __init__(self, url: str) -> None:
-        super().__init__(
-            0,
-            "ServerUnavailable",
-            f"no shoal server answers at {url}; start one with `shoal up`",
+    """No server took the request (``sent`` False), or the connection was lost after it was
+    sent: then it is not sent again (it may have been carried out), and the message says so."""
+
+    def __init__(self, url: str, sent: bool = False) -> None:
+        message = (
+            f"the connection to {url} was lost before the server answered; the request was not "
+            "sent again, as it may have been carried out: check (e.g. `shoal job list`) before "
+            "repeating it"
+            if sent
+            else f"no shoal server answers at {url}; start one with `shoal up`"
         )
+        super().__init__(0, "ServerUnavailable", message)
 
 
 def _http_client(
