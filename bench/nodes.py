@@ -13,7 +13,8 @@ has passed: the server's CPU (its process and the scheduler's, user + system) ov
 minus the same server's CPU before any node joined, divided by the nodes; the errors the nodes
 saw; the p50/p99 of API reads (a job list and one node's tasks) made every 0.25 s during the
 window; how many nodes the server held READY at the end; and how long the nodes
-took to register.
+took to register (a server that cannot keep up never has them all READY: it is measured as it
+is after 5 minutes, and the table says so).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ RESULTS = ROOT / "bench" / "results" / "nodes.json"
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- nodes:begin -->", "<!-- nodes:end -->"
 NODES_PER_LOAD = 1000  # simulated nodes per load process
-REGISTER_TIMEOUT_S = 900.0
+REGISTER_TIMEOUT_S = 300.0
 TARGET_MS = 0.1  # issue #28: server CPU per node per second at rest
 
 
@@ -79,6 +80,19 @@ def _loads(
     return loads
 
 
+def _end(loads: list[Any]) -> None:
+    """End the load processes by PID, also when the run is cut short: all asked first, then
+    each waited for, and killed if it does not end."""
+    for process, _ in loads:
+        process.terminate()
+    for process, _ in loads:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def measure(
     store_name: str,
     store: str | None,
@@ -101,11 +115,10 @@ def measure(
         )
         loads = _loads(server, nodes, REGISTER_TIMEOUT_S + args.seconds + 60, scratch, fixed)
         began = time.monotonic()
-        while _ready(server) < nodes:
-            if time.monotonic() - began > REGISTER_TIMEOUT_S:
-                raise SystemExit(f"{nodes} nodes did not register in {REGISTER_TIMEOUT_S:g} s")
+        while _ready(server) < nodes and time.monotonic() - began < REGISTER_TIMEOUT_S:
             time.sleep(2)
-        registered_s = time.monotonic() - began
+        # not all READY in time: the server cannot keep up (measured as it is, and said)
+        registered_s = time.monotonic() - began if _ready(server) >= nodes else None
         advised = ServerSettings(home=scratch, node_timeout_s=args.node_timeout).heartbeat_s
         heartbeat = fixed or advised
         time.sleep(heartbeat + 2)
@@ -122,9 +135,7 @@ def measure(
         )
         ready = _ready(server)
     finally:
-        for process, _ in loads:  # ended by PID, also when the run is cut short
-            process.terminate()
-            process.wait(timeout=60)
+        _end(loads)
         server.stop()
     tallies = [json.loads(out.read_text()) if out.exists() else {} for _, out in loads]
     per_node = (cpu - idle) * 1000 / nodes
@@ -133,7 +144,7 @@ def measure(
         "nodes": nodes,
         "heartbeat_s": round(heartbeat, 2),
         "advised": fixed is None,
-        "registered_s": round(registered_s, 1),
+        "registered_s": None if registered_s is None else round(registered_s, 1),
         "idle_cpu_ms_per_s": round(idle * 1000, 1),
         "cpu_ms_per_s": round(cpu * 1000, 1),
         "per_node_ms_per_s": round(per_node, 3),
@@ -152,10 +163,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     for r in rows:
         met = "met" if r["per_node_ms_per_s"] <= TARGET_MS else "missed"
+        if r["registered_s"] is None:
+            met = "saturated: over the nodes simulated, not those served"
         lines.append(
             f"| {r['store']} | {r['nodes']:,} | {r['heartbeat_s']:g} s"
-            f"{'' if r['advised'] else ' (fixed, as older agents)'} | {r['registered_s']:g} s"
-            f" | {r['cpu_ms_per_s']:g} ms/s ({r['idle_cpu_ms_per_s']:g}) | "
+            f"{'' if r['advised'] else ' (fixed, as older agents)'} | "
+            + (
+                f"{r['registered_s']:g} s"
+                if r["registered_s"] is not None
+                else f"not all in {REGISTER_TIMEOUT_S:g} s"
+            )
+            + f" | {r['cpu_ms_per_s']:g} ms/s ({r['idle_cpu_ms_per_s']:g}) | "
             f"{r['per_node_ms_per_s']:g} ms/s ({met}) | {r['ready_at_end']:,} | {r['errors']} | "
             f"{r['read_p50_ms']} / {r['read_p99_ms']} ms |"
         )
