@@ -120,12 +120,12 @@ async def run(
             name = f"sim-{i:05d}"
             tasks.append(asyncio.create_task(reporter(shared, name, i, until, tally, fixed)))
             tasks.append(asyncio.create_task(poller(port, headers, name, until, tally)))
-        await asyncio.gather(*tasks)
+        everything = asyncio.gather(*tasks)
+        # the bench ends it with SIGTERM: every node stops, and the tally is still written
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, everything.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await everything
     return tally
-
-
-def _stop(_signal: int, _frame: object) -> None:
-    raise SystemExit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     tally = Tally()
-    signal.signal(signal.SIGTERM, _stop)  # the bench ends it so: the tally is still written
-    with contextlib.suppress(KeyboardInterrupt, SystemExit):
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             run(args.port, args.token, args.nodes, args.seconds, args.start, args.heartbeat, tally)
         )
