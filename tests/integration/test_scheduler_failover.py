@@ -251,6 +251,7 @@ def _agent(root: Path, servers: str, first: Server) -> subprocess.Popen[bytes]:
         )  # fmt: skip
 
 
+@pytest.mark.long  # tests/multihost/test_two_servers.py covers it (and more) in the default run
 def test_an_agent_and_a_client_of_both_servers_survive_the_leaders_kill_9(
     tmp_path: Path, pg_store_or_sqlite: str
 ) -> None:
