@@ -79,8 +79,10 @@ async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     seen = ctx.agent_work.versions(request.nodes)
     response = await run_in_threadpool(_orders, ctx, request)
     quiet = not (response.launch or response.kill or response.exec or response.tunnels)
-    if quiet and request.wait_s > 0 and not ctx.closing:
-        await ctx.agent_work.wait(request.nodes, seen, request.wait_s)
+    waits = quiet and request.wait_s > 0 and not ctx.closing
+    # no news by the end of the wait: answered as read (the agent asks again at once, and that
+    # poll reads the store first), so a quiet poll costs one read, not two
+    if waits and await ctx.agent_work.wait(request.nodes, seen, request.wait_s):
         response = await run_in_threadpool(_orders, ctx, request)
     return response
 
