@@ -33,7 +33,8 @@ HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
 OLDER = "0020"  # any revision before the head
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    command: python main.py\n"
 
-pytestmark = pytest.mark.sqlite_only  # backups copy a SQLite store (docs/postgresql.md)
+# the SQLite path (online backup, the file in HOME); PostgreSQL's: tests/store/test_postgresql_backup.py
+pytestmark = pytest.mark.sqlite_only
 
 
 def make_code_archive() -> bytes:

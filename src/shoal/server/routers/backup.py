@@ -20,8 +20,9 @@ router = APIRouter(tags=["admin"])
     responses={200: {"content": {"application/x-tar": {}}, "description": "the backup (tar)"}},
 )
 def make_backup(ctx: Context, caller: Caller) -> StreamingResponse:
-    """A consistent copy of the store taken now (SQLite's online backup: one read transaction),
-    with the code archives, data sets and images it refers to, as one tar."""
+    """A consistent copy of the store taken now (one read transaction: SQLite's online backup,
+    or a PostgreSQL snapshot copied into a SQLite file), with the code archives, data sets and
+    images it refers to, as one tar."""
     require_admin(caller)
     snapshot = backup.take(ctx)
     detail = {
