@@ -33,7 +33,7 @@ HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
 OLDER = "0020"  # any revision before the head
 JOB = "version: 1\nname: {name}\nroles:\n  w:\n    command: python main.py\n"
 
-# the SQLite path (online backup, the file in HOME); PostgreSQL's: tests/store/test_postgresql_backup.py
+# the SQLite path (online backup); PostgreSQL's: tests/store/test_postgresql_backup.py
 pytestmark = pytest.mark.sqlite_only
 
 
