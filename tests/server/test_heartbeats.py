@@ -18,16 +18,9 @@ from shoal.server.services import agents
 from shoal.server.settings import ServerSettings
 from shoal.store.models import Node
 from tests.server.test_api import agent_headers
+from tests.server.test_fencing import node_body
 
-NODE = {
-    "name": "n0",
-    "address": "127.0.0.1",
-    "cpu_millis": 4000,
-    "memory_mib": 4096,
-    "gpu_indices": [],
-    "port_low": 20000,
-    "port_high": 21000,
-}
+NODE = node_body("n0", gpus=0)
 
 
 @pytest.fixture

@@ -6,34 +6,17 @@ leader's own API keeps its own."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
-from shoal.server.app import create_app, prepare
+from shoal.server.app import create_app
 from shoal.server.context import ServerContext
 from shoal.server.loop import run_cycle
 from shoal.server.positions import QueuePositions
 from shoal.server.services.scheduler_lease import LeaseKeeper
-from shoal.server.settings import ServerSettings
 from shoal.server.shared_positions import READ_EVERY_S, PositionPublisher
 from shoal.store.models import PublishedPositionsRow
 from tests.server.test_fencing import report, submit
-
-
-@pytest.fixture
-def servers(pg_store: str, tmp_path: Path) -> Iterator[tuple[ServerContext, ServerContext]]:
-    made = [
-        prepare(ServerSettings(home=tmp_path / name, database_url=pg_store, scheduler="thread"))
-        for name in ("a", "b")
-    ]
-    try:
-        yield made[0], made[1]
-    finally:
-        for ctx in made:
-            ctx.db.dispose()
 
 
 def _api(ctx: ServerContext) -> TestClient:

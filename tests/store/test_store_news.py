@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
-from shoal.server.app import prepare
 from shoal.server.context import ServerContext
 from shoal.server.notify import note_news
-from shoal.server.settings import ServerSettings
 from shoal.server.store_news import PAYLOAD_LIMIT, StoreNewsListener, parse, payloads
 from shoal.store.models import VirtualClusterRow
 
@@ -28,20 +25,6 @@ def _until(check: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {NOTICE_S} s")
         time.sleep(0.02)
-
-
-@pytest.fixture
-def servers(pg_store: str, tmp_path: Path) -> Iterator[tuple[ServerContext, ServerContext]]:
-    """Two servers' contexts (their own homes) on one store; the second one listens."""
-    made = [
-        prepare(ServerSettings(home=tmp_path / name, database_url=pg_store, scheduler="thread"))
-        for name in ("a", "b")
-    ]
-    try:
-        yield made[0], made[1]
-    finally:
-        for ctx in made:
-            ctx.db.dispose()
 
 
 @pytest.fixture
