@@ -312,9 +312,12 @@ def test_shoal_admin_backup_of_a_running_postgresql_server_under_submissions(
     ended = threading.Event()
 
     def submitting() -> None:
-        for n in range(400):
-            if ended.is_set() and n % 10 == 0:
-                return
+        after = 0  # sent once the backup ended: a few, then stop (bounded: 2,000 at most)
+        for n in range(2000):
+            if ended.is_set():
+                if after >= 5:
+                    return
+                after += 1
             sent = time.monotonic()
             answer = first.api.post("/api/v1/jobs", json={"spec": JOB.format(name=f"j{n}")})
             assert answer.status_code == 201, answer.text
