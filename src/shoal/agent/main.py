@@ -69,7 +69,7 @@ from shoal.protocol import (
 )
 
 log = logging.getLogger("shoal.agent")
-HEARTBEAT_S = 2.0  # until the server advises another interval (ReportResponse.heartbeat_s)
+HEARTBEAT_S = 2.0
 SHIP_EVERY_S = 0.25
 ORDER_WAIT_S = 10.0
 POLL_S = 0.01  # how often the monitor reaps exits
@@ -129,7 +129,6 @@ class Agent:
             else CertificateRenewer(connection.identity, self._reconnect)
         )
         self.report_now = threading.Event()
-        self.heartbeat_s = HEARTBEAT_S  # a report with nothing new, this often
         self.stopping = threading.Event()
         # Set when the agent must end: the server speaks another protocol version (``refusal``
         # says so), or (in ``shoal agent``) a signal asked it to.
@@ -301,7 +300,7 @@ class Agent:
             try:
                 self.shipper.ship()
                 running = {r.attempt_id for r in self.runner.running_reports()}
-                due = time.monotonic() - last_report > self.heartbeat_s
+                due = time.monotonic() - last_report > HEARTBEAT_S
                 self._check_lease()
                 syncing = not self.synced.is_set()
                 changed = running != last_running or self.runner.exit_reports()

@@ -13,7 +13,6 @@ at most about two seconds older than the leader's own.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +22,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
 from shoal.server.positions import Positions, QueuePositions, SentPositions
+from shoal.server.services.scheduler_lease import NAME as LEASE
+from shoal.server.services.scheduler_lease import lease_holder
 from shoal.store.models import PublishedPositionsRow, SchedulerLeaseRow
 
 if TYPE_CHECKING:
@@ -34,12 +35,6 @@ NAME = "queue"
 QUEUES = "\x1e"  # between queues in the row (a job id never holds it)
 PUBLISH_EVERY_S = 1.0
 READ_EVERY_S = 1.0
-LEASE = "scheduler"  # services/scheduler_lease.py NAME
-
-
-def lease_holder(ctx: ServerContext) -> str:
-    """The name a server's scheduler holds the lease under (``LeaseKeeper.holder``)."""
-    return f"{socket.gethostname()}:{ctx.settings.home}"
 
 
 class PositionPublisher:

@@ -59,7 +59,7 @@ _JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True)))
 _NODE_TABLE: Table = Node.__table__  # type: ignore[assignment]
 _HEARTBEAT = (  # a plain (not ORM) update: many rows in one executemany
     update(_NODE_TABLE)
-    .where(_NODE_TABLE.c.name == bindparam("b_name"), _NODE_TABLE.c.state == "READY")
+    .where(_NODE_TABLE.c.name == bindparam("b_name"), _NODE_TABLE.c.state == Liveness.READY.value)
     .values(last_seen=bindparam("b_now"), usage=bindparam("b_usage"))
 )
 

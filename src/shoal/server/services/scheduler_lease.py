@@ -23,17 +23,22 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import uuid
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from shoal.server.context import ServerContext
-from shoal.server.shared_positions import lease_holder
 from shoal.store.models import SchedulerLeaseRow
 
 log = logging.getLogger("shoal.scheduler")
 NAME = "scheduler"
+
+
+def lease_holder(ctx: ServerContext) -> str:
+    """The name a server's scheduler holds the lease under: its host and home."""
+    return f"{socket.gethostname()}:{ctx.settings.home}"
 
 
 class StaleLeader(RuntimeError):
