@@ -56,9 +56,9 @@ def agent_headers(home: Path) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
-def register_node(api: TestClient, home: Path, gpus: int = 2) -> None:
+def register_node(api: TestClient, home: Path, gpus: int = 2, name: str = "n0") -> None:
     node = {
-        "name": "n0",
+        "name": name,
         "address": "127.0.0.1",
         "cpu_millis": 4000,
         "memory_mib": 4096,

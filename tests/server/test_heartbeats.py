@@ -12,10 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
+from shoal import protocol
 from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
 from shoal.server.services import agents
 from shoal.server.settings import ServerSettings
+from shoal.store import models
 from shoal.store.models import Node
 from tests.server.test_api import agent_headers
 from tests.server.test_fencing import node_body
@@ -113,12 +115,13 @@ def test_a_node_lost_between_the_read_and_the_write_comes_back_through_the_full_
 def test_an_identifier_longer_than_its_column_is_refused_and_free_text_is_cut(
     api: TestClient, home: Path, ctx: ServerContext
 ) -> None:
-    """PostgreSQL enforces VARCHAR lengths (SQLite does not): a node name over 128 characters is
-    a 422 naming the field, not a failed write; a platform's hold text is cut to 255."""
-    body = {"agent_id": "a", "nodes": [{**NODE, "name": "n" * 129}], "agent_version": "1"}
+    """PostgreSQL enforces VARCHAR lengths (SQLite does not): a node name over 253 characters
+    (longer than a Kubernetes Node's may be) is a 422 naming the field, not a failed write; a
+    platform's hold text is cut to 255."""
+    body = {"agent_id": "a", "nodes": [{**NODE, "name": "n" * 254}], "agent_version": "1"}
     answer = api.post("/api/v1/agent/report", json=body, headers=agent_headers(home))
     assert answer.status_code == 422, answer.text
-    assert "name" in answer.text and "128" in answer.text
+    assert "name" in answer.text and "253" in answer.text
     held = {**NODE, "platform_hold": "cordoned: " + "x" * 400}
     body = {"agent_id": "a", "nodes": [held], "agent_version": "1"}
     answer = api.post("/api/v1/agent/report", json=body, headers=agent_headers(home))
@@ -127,3 +130,8 @@ def test_an_identifier_longer_than_its_column_is_refused_and_free_text_is_cut(
     assert hold is not None and len(hold) == 255 and hold.startswith("cordoned: x")
     answer = api.post("/api/v1/agent/report", json=body, headers=agent_headers(home))
     assert answer.status_code == 200 and _node(ctx).platform_hold == hold  # quiet: the same
+
+
+def test_the_protocol_allows_the_node_names_the_store_holds() -> None:
+    assert protocol.NODE_NAME_CHARS == models.NODE_NAME_CHARS == 253
+    assert models.Node.__table__.c.name.type.length == models.NODE_NAME_CHARS  # type: ignore[attr-defined]

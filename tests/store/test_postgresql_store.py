@@ -10,16 +10,19 @@ import time
 from pathlib import Path
 
 import pytest
+from alembic import command
+from alembic.config import Config
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect, select, text
 
 from shoal.server.app import create_app, prepare
 from shoal.server.services.live import ChangeWatch
 from shoal.server.settings import ServerSettings
-from shoal.store.db import Database, StoreUrlError, store_url
+from shoal.store.db import MIGRATIONS, Database, StoreUrlError, store_url
 from shoal.store.models import Base, DataSetRow, SchedChange, VirtualClusterRow
 from tests.server.test_api import JOB, register_node
 
+LONGEST_NODE_NAME = ".".join(["n" * 63] * 3) + "." + "n" * 61  # 253: a DNS subdomain
 WATCHED = ("jobs", "tasks", "nodes", "virtual_clusters")
 
 
@@ -38,6 +41,45 @@ def test_the_migrations_make_every_table_and_the_change_feeds_triggers(pg_store:
         wanted = {f"sched_{t}_{w}" for t in WATCHED for w in ("insert", "update", "delete")}
         assert triggers == wanted | {"sched_changes_notice"}  # 0032: NOTIFY the other servers
         db.migrate()  # at head: nothing to do
+    finally:
+        db.dispose()
+
+
+def _widths_and_triggers(db: Database) -> tuple[dict[str, int], set[str]]:
+    with db.read() as session:
+        widths = session.execute(
+            text(
+                "SELECT table_name, character_maximum_length FROM information_schema.columns "
+                "WHERE (table_name, column_name) IN (('nodes', 'name'), ('tasks', 'node'), "
+                "('node_events', 'node'), ('node_certs', 'node'), ('exec_sessions', 'node'), "
+                "('cloud_instances', 'node'))"
+            )
+        ).all()
+        triggers = set(session.execute(text("SELECT tgname FROM pg_trigger")).scalars())
+    return {str(row[0]): int(row[1]) for row in widths}, triggers
+
+
+def test_migration_0034_widens_every_node_name_column_and_keeps_the_triggers(
+    pg_store: str,
+) -> None:
+    db = Database(pg_store)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+
+    def migrate(step: str, revision: str) -> None:
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            getattr(command, step)(config, revision)
+
+    try:
+        migrate("upgrade", "0033")
+        narrow, before = _widths_and_triggers(db)
+        assert set(narrow.values()) == {128} and len(narrow) == 6
+        migrate("upgrade", "0034")
+        wide, after = _widths_and_triggers(db)
+        assert set(wide.values()) == {253} and after == before
+        migrate("downgrade", "0033")
+        assert _widths_and_triggers(db) == (narrow, before)
     finally:
         db.dispose()
 
@@ -111,7 +153,8 @@ def test_writers_of_two_processes_take_turns(pg_store: str) -> None:
 
 def test_the_server_schedules_a_job_on_postgresql(tmp_path: Path, pg_store: str) -> None:
     """Submitted, listed, placed on an agent's node by the scheduler, and still there for a
-    server started again on the same store."""
+    server started again on the same store. The node's name is as long as a Kubernetes Node's
+    may be (253 characters: migration 0034 widened the node columns PostgreSQL enforces)."""
     home = tmp_path / "home"
     settings = ServerSettings(
         home=home, database_url=pg_store, scheduler="thread", scheduler_interval_s=0.05
@@ -121,7 +164,7 @@ def test_the_server_schedules_a_job_on_postgresql(tmp_path: Path, pg_store: str)
     token = (home / "admin.token").read_text().strip()
     with TestClient(create_app(ctx)) as api:
         api.headers["Authorization"] = f"Bearer {token}"
-        register_node(api, home, gpus=1)
+        register_node(api, home, gpus=1, name=LONGEST_NODE_NAME)
         made = api.post("/api/v1/jobs", json={"spec": JOB.format(name="pg", gpu=1)})
         assert made.status_code == 201, made.text
         job_id = made.json()[0]["id"]
@@ -135,6 +178,8 @@ def test_the_server_schedules_a_job_on_postgresql(tmp_path: Path, pg_store: str)
         api.headers["Authorization"] = f"Bearer {token}"
         listed = api.get("/api/v1/jobs").json()
         assert [j["id"] for j in listed] == [job_id]
+        placed = api.get(f"/api/v1/jobs/{job_id}").json()["tasks"]
+        assert [t["node"] for t in placed] == [LONGEST_NODE_NAME]
     again.db.dispose()
 
 

@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 2  # 2: node epochs, attempt leases (fencing), fenced exits
+NODE_NAME_CHARS = 253  # a Kubernetes Node name (a DNS subdomain); the store's node columns
 TEXT_CHARS = 255  # the store's VARCHAR(255) columns (PostgreSQL enforces them; SQLite does not)
 PROTOCOL_HEADER = "X-Shoal-Protocol"
 # The HTTP status of a refused version (426 Upgrade Required) and the error code in its body.
@@ -209,7 +210,7 @@ def _clip(text: str | None) -> str | None:
 
 class AgentNode(BaseModel):
     # identifiers longer than the store's columns are refused (422 naming the field), not cut
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=NODE_NAME_CHARS)
     address: str = Field(max_length=TEXT_CHARS)
     cpu_millis: int
     memory_mib: int

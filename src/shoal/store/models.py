@@ -18,6 +18,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+# A node's name may be as long as a Kubernetes Node's (a DNS subdomain); the agents' protocol
+# checks the same length (protocol.NODE_NAME_CHARS)
+NODE_NAME_CHARS = 253
+
 
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
@@ -67,7 +71,7 @@ class Token(Base):
 class Node(Base):
     __tablename__ = "nodes"
 
-    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NODE_NAME_CHARS), primary_key=True)
     agent_id: Mapped[str] = mapped_column(String(128))
     address: Mapped[str] = mapped_column(String(255))
     cpu_millis: Mapped[int] = mapped_column(Integer)
@@ -124,7 +128,7 @@ class NodeCertRow(Base):
     __table_args__ = (Index("ix_node_certs_node", "node"),)
 
     serial: Mapped[str] = mapped_column(String(64), primary_key=True)  # hex
-    node: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(NODE_NAME_CHARS))
     fingerprint: Mapped[str] = mapped_column(String(64))  # SHA-256 of the DER, hex
     join_token: Mapped[str] = mapped_column(String(16))
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -233,7 +237,7 @@ class Task(Base):
     index: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     state: Mapped[str] = mapped_column(String(16))
-    node: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(NODE_NAME_CHARS))
     address: Mapped[str] = mapped_column(String(255))
     cpu_millis: Mapped[int] = mapped_column(Integer)
     memory_mib: Mapped[int] = mapped_column(Integer)
@@ -278,7 +282,7 @@ class NodeEventRow(Base):
     __table_args__ = (Index("ix_node_events_node", "node"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    node: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(NODE_NAME_CHARS))
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text)
@@ -391,7 +395,7 @@ class ExecSessionRow(Base):
     role: Mapped[str] = mapped_column(String(64))
     index: Mapped[int] = mapped_column(Integer)
     attempt_id: Mapped[str] = mapped_column(String(32))
-    node: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(NODE_NAME_CHARS))
     argv: Mapped[list[Any]] = mapped_column(JSON)
     tty: Mapped[bool] = mapped_column(Boolean)
     started_at: Mapped[float] = mapped_column(Float)
@@ -447,7 +451,7 @@ class CloudInstanceRow(Base):
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     pool: Mapped[str] = mapped_column(String(32))
     provider: Mapped[str] = mapped_column(String(32))
-    node: Mapped[str] = mapped_column(String(128))  # the name its agent joins as
+    node: Mapped[str] = mapped_column(String(NODE_NAME_CHARS))  # the name its agent joins as
     phase: Mapped[str] = mapped_column(String(16))  # shoal.core.autoscale.Phase, or "ended"
     offer_key: Mapped[str | None] = mapped_column(String(160), nullable=True)
     instance_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
