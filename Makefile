@@ -170,7 +170,7 @@ test: lint $(TORCH_STAMP) system-deps containers k8s web
 
 # The long end-to-end tests `make test` leaves out (marked `long`: a whole cluster made over SSH,
 # a second attempt held back by a stopped kubelet, the server as a Pod, an image pushed to two
-# hosts, a spot preemption, a hostile job in a container, failover on a shared SQLite file).
+# hosts, a hostile job in a container, failover on a shared SQLite file).
 test-long: lint $(TORCH_STAMP) system-deps containers k8s web
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m long
 

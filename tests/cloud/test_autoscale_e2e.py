@@ -204,7 +204,6 @@ def test_a_gang_grows_an_empty_pool_by_two_runs_and_the_pool_shrinks_back(
         assert kind in events, events
 
 
-@pytest.mark.long  # `make test-long` (the default run has this feature's other tests)
 def test_a_spot_preemption_requeues_the_job_and_it_succeeds_elsewhere(
     cluster: PoolCluster,
 ) -> None:
