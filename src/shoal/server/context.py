@@ -14,6 +14,7 @@ from shoal.server.group_commit import GroupCommit
 from shoal.server.metrics_history import MetricsHistory
 from shoal.server.notify import NodeNews, Notifier
 from shoal.server.positions import Positions, QueuePositions
+from shoal.server.services.quiet_answers import QuietAnswers
 from shoal.server.settings import ServerSettings
 from shoal.server.store_news import new_server_id
 from shoal.store.db import Database
@@ -81,11 +82,13 @@ class ServerContext:
     # (token id, address, User-Agent) seen since start: the audit log's new-client check
     token_clients: set[tuple[int, str, str]] = field(default_factory=set)
     commits: GroupCommit = field(init=False)  # submissions, several per transaction
+    quiet_answers: QuietAnswers = field(init=False)  # idle agents' reports, answered from memory
     # this process among the servers on one store (store_news.py: whose notifications are whose)
     server_id: str = field(default_factory=new_server_id)
 
     def __post_init__(self) -> None:
         self.commits = GroupCommit(self.db, ApiError, self.wake_scheduler)
+        self.quiet_answers = QuietAnswers(self.db)
 
     def queue_positions(self) -> Positions:
         """The positions the API shows (``positions``, or the leader's on a shared store)."""

@@ -94,7 +94,8 @@ class GroupCommit:
     def _commit(self, batch: list[_Write]) -> None:
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
-            with self.db.write() as session:
+            # a batch of heartbeats alone (``wake`` False) changes nothing a reader acts on
+            with self.db.write(counted=any(wake for _, wake, _, _ in batch)) as session:
                 for write, _, _, _ in batch:
                     try:
                         outcomes.append((write(session), None))

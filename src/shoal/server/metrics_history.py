@@ -213,6 +213,12 @@ class MetricsHistory:
             self._claimed = bucket
             return True
 
+    def turning(self, t: float) -> bool:
+        """Whether a report at ``t`` would be asked to ``turn`` (``begin``), without claiming."""
+        bucket = self._fine_bucket(t)
+        with self._lock:
+            return self._claimed is None or bucket > self._claimed
+
     def turn(self, t: float, loads: Iterable[NodeLoad]) -> None:
         """Close the open bucket and open that of ``t``: ``loads`` (what the nodes held at
         ``t``) starts the one and, if it follows the open one, ends that one too, so a bucket's

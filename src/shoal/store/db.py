@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import re
 import threading
@@ -253,6 +254,11 @@ class Database:
         self.memo: dict[Any, Any] = {}
         self.sessions = sessionmaker(self.engine, expire_on_commit=False, info={"memo": self.memo})
         self._write_lock = WriteLock(_sqlite_file(url))
+        # write transactions this process committed that may have changed what readers see (the
+        # quiet reports' answers kept in memory are good until it moves; a heartbeat's write
+        # is not counted: server/services/quiet_answers.py)
+        self.changes_committed = 0  # a number never used before, after each such commit
+        self._change_numbers = itertools.count(1)
 
     def migrate(self) -> None:
         """Bring the schema up to the newest migration. A store already there is left alone
@@ -296,12 +302,15 @@ class Database:
             yield session
 
     @contextmanager
-    def write(self) -> Iterator[Session]:
-        """One serialised read-modify-write transaction, committed on success."""
+    def write(self, counted: bool = True) -> Iterator[Session]:
+        """One serialised read-modify-write transaction, committed on success; ``counted``
+        False: it changes nothing a reader of the store acts on (``changes_committed``)."""
         with self._write_lock, self.sessions() as session, session.begin():
             if not self.is_sqlite and not self._write_lock.nested:  # the outer one holds it
                 session.execute(_PG_WRITE_LOCK)
             yield session
+        if counted:  # after the commit; unique, so two writers' numbers never cancel out
+            self.changes_committed = next(self._change_numbers)
 
     def dispose(self) -> None:
         self.engine.dispose()

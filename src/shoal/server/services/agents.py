@@ -27,7 +27,8 @@ from shoal.protocol import (
 from shoal.server.context import ServerContext
 from shoal.server.services.arrays import env_array
 from shoal.server.services.images import image_ref_for
-from shoal.server.services.metrics import record_report
+from shoal.server.services.metrics import record_report, record_report_from_memory
+from shoal.server.services.quiet_answers import report_shape
 from shoal.server.services.reports import (
     QuietReport,
     apply_report,
@@ -48,21 +49,43 @@ ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
 async def report(ctx: ServerContext, request: ReportRequest) -> ReportResponse:
     """Apply an agent's report: nodes, started and exited attempts (idempotent). A report with
     nothing new is read, not written; its heartbeats, when due, share one group commit with
-    other agents' (docs/cluster.md, "Heartbeats"), and are durable before it is answered."""
-    quiet = await run_in_threadpool(_record_and_read, ctx, request)  # one thread hop
-    written = quiet is None or not quiet.due
-    if not written and quiet is not None:
-        written = await ctx.commits.run(heartbeats(quiet.due, ctx.clock()), wake=False)
-    if not written:
-        quiet = None  # a node was lost meanwhile: coming back is the write path's
-    if quiet is None:
-        acked, stale = await run_in_threadpool(apply_report, ctx, request)
-    else:
-        acked, stale = [], quiet.stale
+    other agents' (docs/cluster.md, "Heartbeats"), and are durable before it is answered. The
+    same quiet report again is answered from memory while the store has not changed
+    (``quiet_answers``)."""
     settings = ctx.settings
+    kill = await _answer_quietly(ctx, request)
+    if kill is None:
+        acked, kill = await run_in_threadpool(apply_report, ctx, request)
+    else:
+        acked = []
     return ReportResponse(
-        acked=acked, kill=stale, lease_s=settings.lease_s, heartbeat_s=settings.heartbeat_s
+        acked=acked, kill=kill, lease_s=settings.lease_s, heartbeat_s=settings.heartbeat_s
     )
+
+
+async def _answer_quietly(ctx: ServerContext, request: ReportRequest) -> list[str] | None:
+    """The attempts to kill if the report is quiet and its due heartbeats were written; None:
+    it takes the write path."""
+    if request.exited:
+        await run_in_threadpool(record_report, ctx, request)
+        return None
+    answers = ctx.quiet_answers
+    shape = report_shape(request)
+    version = await answers.version()  # before the evaluation: a change during it is seen
+    kept = answers.lookup(request, shape, version)
+    if kept is None or not record_report_from_memory(ctx, request):
+        quiet = await run_in_threadpool(_record_and_read, ctx, request)  # one thread hop
+        if quiet is None:
+            answers.forget(request.agent_id)
+            return None
+        kept = answers.keep(request, shape, version, quiet)
+    now = ctx.clock()
+    due = kept.due(request, now, ctx.settings.heartbeat_write_s)
+    if due and not await ctx.commits.run(heartbeats(due, now), wake=False):
+        answers.forget(request.agent_id)  # a node was lost meanwhile: coming back is a write
+        return None
+    kept.written(due, now)
+    return list(kept.kill)
 
 
 def _record_and_read(ctx: ServerContext, request: ReportRequest) -> QuietReport | None:

@@ -2,10 +2,9 @@
 
 Triggers (migration 0017) note every change to what pages show (a job's or task's state, node,
 resources; a node's state; a VC) in ``sched_changes``, whichever process wrote it (the API, the
-scheduler, an agent's report). The table's counter (SQLite's AUTOINCREMENT in ``sqlite_sequence``;
-on PostgreSQL the largest committed number, below) moves with every change, even after the
-scheduler deletes the rows it read, so it is a cheap "something changed" signal: one indexed row
-read per interval for the whole server, and only while a page listens. Each page then reloads
+scheduler, an agent's report), and their counter (``store/change_feed.py``) is a cheap "something
+changed" signal: one indexed row read per interval for the whole server, and only while a page
+listens. Each page then reloads
 what it shows (``routers/stream.py``)."""
 
 from __future__ import annotations
@@ -13,17 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
+from shoal.store.change_feed import store_generation
 from shoal.store.db import Database
-
-_GENERATION = text("SELECT seq FROM sqlite_sequence WHERE name = 'sched_changes'")
-# PostgreSQL's sequence moves when a number is taken, before its transaction commits: a page
-# could reload before the change is visible and then not again. The largest committed number
-# moves only with commits (and back when the scheduler deletes rows it read: a page then
-# reloads once for nothing, never misses a change).
-_PG_GENERATION = text("SELECT coalesce(max(seq), 0) FROM sched_changes")
 
 
 class ChangeWatch:
@@ -38,10 +30,7 @@ class ChangeWatch:
         self._poller: asyncio.Task[None] | None = None
 
     def read(self) -> int:
-        with self._db.read() as session:
-            query = _GENERATION if self._db.is_sqlite else _PG_GENERATION
-            value = session.execute(query).scalar()
-        return int(value or 0)
+        return store_generation(self._db)
 
     async def current(self) -> int:
         if self._generation is None:

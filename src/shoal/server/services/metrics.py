@@ -37,9 +37,23 @@ def record_report(ctx: ServerContext, request: ReportRequest) -> None:
         nodes = describe_nodes(ctx)
         history.retain({n.name for n in nodes})
         history.turn(now, [_load(n) for n in nodes])
+    _record_figures(ctx, request, now)
+
+
+def record_report_from_memory(ctx: ServerContext, request: ReportRequest) -> bool:
+    """``record_report`` when it needs no read of the store (on the event loop); False, having
+    recorded nothing, when this report opens a bucket (``record_report`` in a thread then)."""
+    now = ctx.clock()
+    if ctx.metrics.turning(now):
+        return False
+    _record_figures(ctx, request, now)
+    return True
+
+
+def _record_figures(ctx: ServerContext, request: ReportRequest, now: float) -> None:
     for node in request.nodes:
         if node.metrics is not None:
-            history.record(node.name, now, node.metrics)
+            ctx.metrics.record(node.name, now, node.metrics)
 
 
 def _load(node: NodeOut) -> NodeLoad:

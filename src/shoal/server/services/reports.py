@@ -165,6 +165,7 @@ class QuietReport:
 
     stale: list[str]
     due: list[tuple[str, dict[str, Any]]]
+    seen: dict[str, float]  # each node's last_seen as read
 
 
 def heartbeats(due: list[tuple[str, dict[str, Any]]], now: float) -> Callable[[Session], bool]:
@@ -348,7 +349,7 @@ def quiet_report(ctx: ServerContext, request: ReportRequest, now: float) -> Quie
             return None  # a hold to note
     if vanished(named, request, answered):
         return None  # the write path ends them
-    return QuietReport(stale, due)
+    return QuietReport(stale, due, {name: node.last_seen for name, node in nodes.items()})
 
 
 def _note_running(
