@@ -1,12 +1,15 @@
-"""Quiet reports answered from memory (server/services/quiet_answers.py): the same quiet report
-again is answered without reading the store while nothing a reader acts on changed; a write of
-this process, a change another process wrote, a different report and age each send it back to
-the store; a due heartbeat still reaches the store, and a node lost meanwhile comes back through
-the write path."""
+"""Quiet reports and polls answered from memory (server/services/quiet_answers.py): the same
+quiet report again is answered without reading the store while nothing a reader acts on changed;
+a write of this process, a change another process wrote, a different report and age each send
+it back to the store; a due heartbeat still reaches the store, and a node lost meanwhile comes
+back through the write path. An orders poll after one that found nothing waits without a read
+until news about its nodes, and the job placed then is launched."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from sqlalchemy import select, update
 
 from shoal.server.app import create_app, prepare
 from shoal.server.context import ServerContext
+from shoal.server.loop import run_cycle
 from shoal.server.services import agents, quiet_answers
 from shoal.server.settings import ServerSettings
 from shoal.store.db import Database, home_store
@@ -208,3 +212,79 @@ def test_the_change_feed_going_back_to_an_earlier_value_is_still_a_change(
         answers._generation_read_at = -float("inf")  # as if half a second went by
         versions.append(asyncio.run(answers.version()))
     assert len({v.epoch for v in versions}) == 3
+
+
+@pytest.fixture
+def order_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per orders poll that read the store."""
+    done: list[int] = []
+    read = agents._orders
+
+    def counted(*args: Any) -> Any:
+        done.append(1)
+        return read(*args)
+
+    monkeypatch.setattr(agents, "_orders", counted)
+    return done
+
+
+def _poll(api: TestClient, home: Path, known: list[str] | None = None) -> dict[str, Any]:
+    body = {"agent_id": "a", "nodes": ["n0"], "known": known or [], "wait_s": 0}
+    answer = api.post("/api/v1/agent/orders", json=body, headers=agent_headers(home))
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_a_poll_after_one_that_found_nothing_reads_nothing_until_news_of_its_nodes(
+    api: TestClient, home: Path, ctx: ServerContext, order_reads: list[int]
+) -> None:
+    _report(api, home)
+    assert _poll(api, home)["launch"] == []  # read: nothing
+    for _ in range(3):
+        assert _poll(api, home)["launch"] == []
+    assert (len(order_reads), ctx.quiet_polls.hits) == (1, 3)
+    _poll(api, home, known=["7.1"])  # other known attempts: read
+    assert len(order_reads) == 2
+    ctx.wake_agents(["another-node"])  # news about another node changes nothing here
+    _poll(api, home, known=["7.1"])
+    assert len(order_reads) == 2
+    token = (home / "admin.token").read_text().strip()
+    job = "version: 1\nname: q\nroles:\n  w:\n    resources: {cpu: 1}\n    command: 'true'\n"
+    submitted = api.post(
+        "/api/v1/jobs", json={"spec": job}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert submitted.status_code == 201, submitted.text
+    assert run_cycle(ctx) == 1  # placed on n0: news for it
+    launched = _poll(api, home, known=["7.1"])["launch"]
+    assert [order["job_id"] for order in launched] == [submitted.json()[0]["id"]]
+    assert len(order_reads) == 3
+    _poll(api, home, known=["7.1"])  # the launch is not "nothing": the next poll reads
+    assert len(order_reads) == 4
+
+
+def test_a_held_poll_woken_by_news_reads_and_the_next_quiet_one_does_not(
+    api: TestClient, home: Path, ctx: ServerContext, order_reads: list[int]
+) -> None:
+    _report(api, home)
+    _poll(api, home)  # read: nothing
+    body = {"agent_id": "a", "nodes": ["n0"], "known": [], "wait_s": 20}
+    answers: list[int] = []
+
+    def held() -> None:
+        answer = api.post("/api/v1/agent/orders", json=body, headers=agent_headers(home))
+        answers.append(answer.status_code)
+
+    thread = threading.Thread(target=held)
+    thread.start()
+    deadline = time.monotonic() + 10
+    try:
+        while not ctx.agent_work._waiters.get("n0") and time.monotonic() < deadline:
+            time.sleep(0.01)  # parked without a read (the first poll found nothing)
+        reads_while_held = len(order_reads)
+    finally:  # news (say, a kill asked and withdrawn): read again, nothing
+        ctx.wake_agents(["n0"])
+        thread.join(timeout=10)
+    assert reads_while_held == 1
+    assert answers == [200] and len(order_reads) == 2
+    _poll(api, home)
+    assert len(order_reads) == 2 and ctx.quiet_polls.hits == 2

@@ -14,7 +14,7 @@ from shoal.server.group_commit import GroupCommit
 from shoal.server.metrics_history import MetricsHistory
 from shoal.server.notify import NodeNews, Notifier
 from shoal.server.positions import Positions, QueuePositions
-from shoal.server.services.quiet_answers import QuietAnswers
+from shoal.server.services.quiet_answers import QuietAnswers, QuietPolls
 from shoal.server.settings import ServerSettings
 from shoal.server.store_news import new_server_id
 from shoal.store.db import Database
@@ -83,6 +83,7 @@ class ServerContext:
     token_clients: set[tuple[int, str, str]] = field(default_factory=set)
     commits: GroupCommit = field(init=False)  # submissions, several per transaction
     quiet_answers: QuietAnswers = field(init=False)  # idle agents' reports, answered from memory
+    quiet_polls: QuietPolls = field(default_factory=QuietPolls)  # and their orders polls
     # this process among the servers on one store (store_news.py: whose notifications are whose)
     server_id: str = field(default_factory=new_server_id)
 

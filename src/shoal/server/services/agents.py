@@ -100,13 +100,26 @@ async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
     news about one of the agent's nodes (``ctx.wake_agents``) or the end of ``wait_s``. The
     nodes' news versions are taken before the read, so news recorded meanwhile is not missed."""
     seen = ctx.agent_work.versions(request.nodes)
-    response = await run_in_threadpool(_orders, ctx, request)
+    if ctx.quiet_polls.still_empty(request, seen):  # no news since a read found nothing
+        response = OrdersResponse()
+    else:
+        response = await _read_orders(ctx, request, seen)
     quiet = not (response.launch or response.kill or response.exec or response.tunnels)
     waits = quiet and request.wait_s > 0 and not ctx.closing
     # no news by the end of the wait: answered as read (the agent asks again at once, and that
-    # poll reads the store first), so a quiet poll costs one read, not two
+    # poll, with no news since, is answered without a read: ``quiet_polls``)
     if waits and await ctx.agent_work.wait(request.nodes, seen, request.wait_s):
-        response = await run_in_threadpool(_orders, ctx, request)
+        response = await _read_orders(ctx, request, ctx.agent_work.versions(request.nodes))
+    return response
+
+
+async def _read_orders(
+    ctx: ServerContext, request: OrdersRequest, seen: tuple[int, ...]
+) -> OrdersResponse:
+    """``_orders`` in a worker thread; ``seen``: the nodes' news versions taken before it."""
+    response = await run_in_threadpool(_orders, ctx, request)
+    anything = bool(response.launch or response.kill or response.exec or response.tunnels)
+    ctx.quiet_polls.found(request, seen, anything)
     return response
 
 

@@ -17,6 +17,12 @@ kept answer stale at once. A kept answer is also dropped after ``MAX_AGE_S`` (co
 a change-feed trigger: labels an admin edits). What a hit still does: its heartbeats, when due,
 go through the group commit; a node found lost there (no longer READY) sends the report down the
 write path, as before.
+
+An idle agent's orders long poll is the same: it reads the store, finds nothing, and waits for
+news about its nodes (``notify.NodeNews``). Every change that gives a node work sends that news,
+and the versions are taken before the read; so while its nodes' versions have not moved since a
+read that found nothing, the next poll with the same nodes and known attempts finds nothing too
+and waits at once, without the read (``QuietPolls``; also at most ``MAX_AGE_S``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shoal.protocol import ReportRequest
+from shoal.protocol import OrdersRequest, ReportRequest
 from shoal.store.change_feed import store_generation
 from shoal.store.db import Database
 
@@ -119,3 +125,42 @@ class QuietAnswers:
 
     def forget(self, agent_id: str) -> None:
         self._kept.pop(agent_id, None)
+
+
+@dataclass
+class _EmptyPoll:
+    nodes: list[str]
+    known: frozenset[str]
+    seen: tuple[int, ...]  # the nodes' news versions, taken before the read that found nothing
+    kept_at: float  # monotonic
+
+
+class QuietPolls:
+    """The last orders poll per agent that found nothing, and the news versions it holds for."""
+
+    def __init__(self) -> None:
+        self._empty: dict[str, _EmptyPoll] = {}
+        self.hits = 0
+
+    def still_empty(self, request: OrdersRequest, seen: tuple[int, ...]) -> bool:
+        """Whether a read now would find nothing too: same nodes and known attempts, and no
+        news about those nodes since the read that found nothing."""
+        empty = self._empty.get(request.agent_id)
+        if empty is None or empty.seen != seen or empty.nodes != request.nodes:
+            return False
+        if empty.known != frozenset(request.known):
+            return False
+        if time.monotonic() - empty.kept_at > MAX_AGE_S:
+            return False
+        self.hits += 1
+        return True
+
+    def found(self, request: OrdersRequest, seen: tuple[int, ...], anything: bool) -> None:
+        """What a read (its versions ``seen`` taken before it) found for the agent."""
+        if anything:
+            self._empty.pop(request.agent_id, None)
+            return
+        known = frozenset(request.known)
+        self._empty[request.agent_id] = _EmptyPoll(
+            list(request.nodes), known, seen, time.monotonic()
+        )
