@@ -24,8 +24,9 @@ def test_a_task_retried_in_place_is_accounted_for_both_attempts(
         "version: 1\nname: twice\nroles:\n  a:\n    resources: {gpu: 1}\n    retries: 1\n"
         f"    command: {sys.executable} {tmp_path / 'burn.py'}\n"
     )
-    assert cluster.wait(job_id)["state"] == "SUCCEEDED"
+    final = cluster.wait(job_id)["state"]
     detail = cluster.client.job(job_id)
+    assert final == "SUCCEEDED", (detail["tasks"], cluster.client.events(job_id))
     task = detail["tasks"][0]
     assert task["attempt"] == 2
     last_run = task["finishedAt"] - task["startedAt"]

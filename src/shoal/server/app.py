@@ -249,14 +249,16 @@ async def stop_idle_jobs(ctx: ServerContext) -> None:
 
 
 def _include_routers(app: FastAPI) -> None:
-    """Every route; submissions and job reads first, the busiest routes."""
+    """Every route; the busiest first: agents' reports and polls (every node, every few
+    seconds), then submissions and job reads. Routes are matched in this order, and no path of
+    one router's prefix is matched by another's."""
     for router in (
+        agent.router,
         jobs.router,
         system.router,
         nodes.router,
         pool_routes.router,
         log_routes.router,
-        agent.router,
         attempt_files.router,
         vcs.router,
         users.router,
