@@ -124,6 +124,36 @@ def test_a_model_that_missed_a_change_is_repaired_and_the_difference_logged(
         assert model.verify(ctx, session) == []  # repaired: nothing left to find
 
 
+def test_a_change_committed_since_the_last_refresh_is_not_taken_for_a_difference(
+    api: TestClient, ctx: ServerContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API writes while the scheduler verifies (a takeover under a load of submissions
+    logged "repaired" for jobs submitted just then): the model reads the feed first, in the
+    same snapshot as the full load."""
+    register(api, ctx, "n1")
+    submit(api, "first", gpu=2)
+    run_cycle(ctx)
+    later = submit(api, "later", gpu=2)  # committed after the model's last refresh
+    model = state(ctx).model
+    assert later not in model.versions
+    with caplog.at_level(logging.WARNING, logger="shoal.scheduler"), ctx.db.snapshot() as session:
+        assert model.verify(ctx, session) == []
+    assert "differed" not in caplog.text
+    assert later in model.versions
+    assert_model_is_the_store(ctx)
+
+
+def test_one_snapshot_does_not_see_what_commits_during_it(
+    api: TestClient, ctx: ServerContext
+) -> None:
+    with ctx.db.snapshot() as session:
+        before = session.scalar(select(func.count()).select_from(Job))
+        submit(api, "during")
+        assert session.scalar(select(func.count()).select_from(Job)) == before
+    with ctx.db.read() as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == before + 1
+
+
 def test_change_rows_already_read_are_deleted(api: TestClient, ctx: ServerContext) -> None:
     register(api, ctx, "n1")
     for index in range(3):

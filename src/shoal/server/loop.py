@@ -113,7 +113,7 @@ def maintain_model(ctx: ServerContext, state: SchedulerState, now: float) -> Non
     """Now and then: check the model against the store, and delete change rows already read."""
     if now - state.verified_at >= ctx.settings.model_verify_s:
         state.verified_at = now
-        with ctx.db.read() as session:
+        with ctx.db.snapshot() as session:  # the feed and the full load, one view
             state.model.verify(ctx, session)
         if state.freeze_heap:
             gc.unfreeze()  # what was frozen last time and died since is collected now

@@ -167,7 +167,10 @@ class SchedulerModel:
 
     def verify(self, ctx: ServerContext, session: Session) -> list[str]:
         """Compare with a full load from the store; on a mismatch, log it and adopt the load.
-        Returns the mismatches found (empty: the model was right)."""
+        Returns the mismatches found (empty: the model was right). The model reads the change
+        feed first, in the same ``session``: given one snapshot (``Database.snapshot``), a change
+        committed since its last refresh is then not taken for a difference."""
+        self.refresh(ctx, session)
         truth = SchedulerModel()
         truth.load(ctx, session)
         found = _differences(self, truth)

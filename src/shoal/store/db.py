@@ -219,6 +219,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 _PG_WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
 _PG_MIGRATE_LOCK = text(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY + 1})")
+_SQLITE_BEGIN = text("BEGIN")
 _SQLITE_CONNECT = {"check_same_thread": False, "timeout": 10}
 # A writer that stops (SIGSTOP, a frozen VM, a cut network) must not hold every server's write
 # lock for ever: PostgreSQL ends a session idle in its transaction after 30 s (its lock goes
@@ -299,6 +300,19 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[Session]:
         with self.sessions() as session:
+            yield session
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Session]:
+        """A read whose statements all see one state of the store, whatever commits meanwhile
+        (``REPEATABLE READ`` on PostgreSQL; one deferred transaction on SQLite, whose driver
+        would otherwise read each statement at its own moment)."""
+        with self.sessions() as session:
+            if self.is_sqlite:
+                session.execute(_SQLITE_BEGIN)
+            else:
+                options = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+                session.connection(execution_options=options)
             yield session
 
     @contextmanager
