@@ -48,13 +48,9 @@ async def get_principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     cookie: Annotated[str | None, Depends(session_cookie)],
 ) -> Principal:
-    certificate = peer_certificate(request.scope)
-    if certificate is not None:  # verified against the CA by the TLS handshake
-        node = await run_in_threadpool(authenticate_node, ctx.db, certificate)
-        audit.set_caller(node)
-        return node
-    if credentials is not None and credentials.credentials:
-        return await principal_of_token(ctx, credentials.credentials)
+    found = await certificate_or_token(request, ctx, credentials)
+    if found is not None:
+        return found
     if cookie:
         if request.method not in SAFE_METHODS and not csrf_matches(
             request.headers.get(CSRF_HEADER), cookie
@@ -71,6 +67,34 @@ async def get_principal(
         "UnauthorizedUserError",
         "a Bearer token (or a node certificate, or a dashboard session) is required",
     )
+
+
+async def certificate_or_token(
+    request: Request, ctx: ServerContext, credentials: HTTPAuthorizationCredentials | None
+) -> Principal | None:
+    """The caller by its node certificate or Bearer token; None if it sent neither."""
+    certificate = peer_certificate(request.scope)
+    if certificate is not None:  # verified against the CA by the TLS handshake
+        node = await run_in_threadpool(authenticate_node, ctx.db, certificate)
+        audit.set_caller(node)
+        return node
+    if credentials is not None and credentials.credentials:
+        return await principal_of_token(ctx, credentials.credentials)
+    return None
+
+
+async def agent_caller(
+    request: Request, ctx: ServerContext, credentials: HTTPAuthorizationCredentials | None
+) -> Principal:
+    """``get_agent`` in one call, for the agent API's routes (every node calls them every few
+    seconds: FastAPI's dependency solving is a good part of such a request's cost). Agents
+    send a certificate or a token, never the dashboard's cookie."""
+    principal = await certificate_or_token(request, ctx, credentials)
+    if principal is None:
+        raise ApiError(
+            401, "UnauthorizedUserError", "a node certificate (or an agent token) is required"
+        )
+    return await get_agent(ctx, principal)
 
 
 async def principal_of_token(ctx: ServerContext, token: str, session: bool = False) -> Principal:
@@ -121,4 +145,3 @@ async def get_user(principal: Annotated[Principal, Depends(get_principal)]) -> P
 
 
 Caller = Annotated[Principal, Depends(get_user)]
-AgentCaller = Annotated[Principal, Depends(get_agent)]

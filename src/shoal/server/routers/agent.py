@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import FileResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
 from shoal.protocol import (
@@ -31,7 +32,7 @@ from shoal.protocol import (
 )
 from shoal.server.auth import Principal
 from shoal.server.context import ApiError
-from shoal.server.deps import AgentCaller, Context
+from shoal.server.deps import Context, agent_caller, bearer, get_context
 from shoal.server.node_auth import require_job_on_node, require_own
 from shoal.server.services import agent_files, agents, attempt_credentials, certificates
 from shoal.server.services.logs import append_chunks
@@ -42,8 +43,9 @@ OUR_VERSION = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
 async def agent_of_our_protocol(
-    agent: AgentCaller,
+    request: Request,
     response: Response,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     version: Annotated[
         str | None,
         Header(
@@ -52,7 +54,9 @@ async def agent_of_our_protocol(
         ),
     ] = None,
 ) -> Principal:
-    """The authenticated agent, if it speaks this server's protocol version."""
+    """The authenticated agent, if it speaks this server's protocol version (one dependency:
+    ``deps.agent_caller``)."""
+    agent = await agent_caller(request, await get_context(request), credentials)
     response.headers.update(OUR_VERSION)
     if parse_version(version) != PROTOCOL_VERSION:
         message = mismatch_message(version, str(PROTOCOL_VERSION))
