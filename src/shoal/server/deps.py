@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from shoal.server.auth import Principal, look_up_token
 from shoal.server.context import ApiError, ServerContext
-from shoal.server.node_auth import FORBIDDEN_NODE, authenticate_node
+from shoal.server.node_auth import FORBIDDEN_NODE, authenticate_node, cached_node
 from shoal.server.services import audit
 from shoal.server.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, csrf_matches
 from shoal.server.tls import peer_certificate
@@ -75,7 +75,9 @@ async def certificate_or_token(
     """The caller by its node certificate or Bearer token; None if it sent neither."""
     certificate = peer_certificate(request.scope)
     if certificate is not None:  # verified against the CA by the TLS handshake
-        node = await run_in_threadpool(authenticate_node, ctx.db, certificate)
+        node = cached_node(ctx.db, certificate)
+        if node is None:
+            node = await run_in_threadpool(authenticate_node, ctx.db, certificate)
         audit.set_caller(node)
         return node
     if credentials is not None and credentials.credentials:

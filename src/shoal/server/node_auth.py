@@ -47,6 +47,17 @@ def authenticate_node(db: Database, pem: str) -> Principal:
         generation = cache.generation
         known = _look_up(db, serial, common_name, fingerprint)
         cache.put(key, known, generation)
+    return _answer(known)
+
+
+def cached_node(db: Database, pem: str) -> Principal | None:
+    """``authenticate_node``'s answer when it needs no query (on the event loop: most requests,
+    since an agent reports every few seconds); None: look it up (in a worker thread)."""
+    known = token_cache(db).get(f"cert:{_identity(pem)[2]}")
+    return None if known is None else _answer(known)
+
+
+def _answer(known: _Known) -> Principal:
     if known.principal is None:
         code, message = known.refusal or (UNKNOWN_NODE_CERT_CODE, "unknown certificate")
         raise ApiError(403, code, message)
