@@ -170,8 +170,8 @@ def test_a_node_removed_with_its_pods_while_the_agent_was_away_loses_its_tasks(
     """The agent frozen, a task's Pod force-deleted and its Node removed (as pod GC does when a
     Node goes), then the agent killed and started again: the new one never sees that Pod end.
     Its first report names every Pod that runs and every Node: the server declares the task
-    lost, the node NOT_READY, and runs the task again on another node (not RUNNING for good on
-    a node that is gone)."""
+    lost, the node NOT_READY and then forgotten, and runs the task again on another node (not
+    RUNNING for good on a node that is gone)."""
     job_id = shoal.client.submit(many("gone-node", 1, retries=1))[0]["id"]
     shoal.wait_running(job_id)
     (task,) = shoal.client.job(job_id)["tasks"]
@@ -194,6 +194,8 @@ def test_a_node_removed_with_its_pods_while_the_agent_was_away_loses_its_tasks(
         wait_for(elsewhere, 60, "the task lost and running again on another node")
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: {shoal.client.job(job_id)}") from None
-    assert shoal.node(task["node"])["state"] == "NOT_READY"
+    # the Node is gone and nothing of shoal's runs there: forgotten, with an event saying why
+    assert all(n["name"] != task["node"] for n in shoal.client.nodes())
+    assert "forgotten" in shoal.client.node_events(task["node"])[-1]["message"]
     shoal.client.stop(job_id)
     shoal.wait_job(job_id, ("STOPPED",), timeout=60)

@@ -33,6 +33,7 @@ from shoal.server.services.lifecycle import on_exit, on_started
 from shoal.server.services.node_life import change_node, note_drained, record_node_event
 from shoal.server.services.port_clash import mark_port_clash
 from shoal.server.services.preemption_notices import is_new, note_preemption
+from shoal.server.services.silent_nodes import forget_left_nodes
 from shoal.store.models import Job, Node, SchedChange, Task
 
 ACTIVE_TASK = (State.WAITING.value, State.RUNNING.value, State.STOPPING.value)
@@ -248,12 +249,22 @@ def apply_report(ctx: ServerContext, request: ReportRequest) -> tuple[list[str],
             on_exit(session, loaded.tasks[row.id], ProcessExit(None, lost=True), now)
             ended.add(row.node)
             changed = True
-        note_drained(session, ended, now)
+        changed = _after_exits(session, request, ended, now) or changed
         del loaded
     if changed:
         ctx.wake_scheduler()
         ctx.wake_agents(noted_news(session))  # exits may have asked for kills or retries
     return acked, stale
+
+
+def _after_exits(session: Session, request: ReportRequest, ended: set[str], now: float) -> bool:
+    """Nodes whose drain is done are drained; a Kubernetes agent's nodes gone from the cluster
+    with nothing left on them are forgotten (True if any was)."""
+    note_drained(session, ended, now)
+    if request.fencing != "confirmed":
+        return False
+    listed = [n.name for n in request.nodes]
+    return forget_left_nodes(session, request.agent_id, listed, now)
 
 
 @dataclass

@@ -71,3 +71,34 @@ def delete_removed_nodes(session: Session, names: list[str], now: float) -> None
             if node is not None:
                 session.delete(node)
             record_node_event(session, name, now, "removed", "removed; its tasks ended as lost")
+
+
+LEFT_AND_FORGOTTEN = (
+    "forgotten: it left the Kubernetes cluster (deleted, or no longer matched by the agent's "
+    "--node-selector) and no task of shoal's is on it any more"
+)
+
+
+def forget_left_nodes(session: Session, agent_id: str, listed: list[str], now: float) -> bool:
+    """Delete the nodes of a Kubernetes agent (``fencing: confirmed``) that its report no longer
+    lists, once no task is active on them: a Node gone from the cluster (an autoscaled pool's
+    come and go) does not stay in ``node list`` for ever. A node still holding tasks waits for
+    them to end (their Pods may still run); its events stay. True if any was deleted."""
+    left = session.scalars(
+        select(Node).where(
+            Node.agent_id == agent_id,
+            Node.fencing == "confirmed",
+            Node.state != "READY",
+            Node.name.not_in(listed),
+        )
+    )
+    forgotten = False
+    for node in list(left):
+        busy = session.scalar(
+            select(Task.id).where(Task.node == node.name, Task.state.in_(ACTIVE_TASK)).limit(1)
+        )
+        if busy is None:
+            session.delete(node)
+            record_node_event(session, node.name, now, "removed", LEFT_AND_FORGOTTEN)
+            forgotten = True
+    return forgotten
