@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, Text, event, text
 from sqlalchemy.orm import Session
 
+from shoal.server import group_commit
 from shoal.server.context import ApiError
 from shoal.server.group_commit import GroupCommit
 from shoal.store.db import Database, sqlite_url
@@ -142,3 +144,29 @@ def test_a_write_that_breaks_is_stored_by_nobody_and_its_neighbours_are_retried(
     assert isinstance(broken, RuntimeError)
     assert stored(db) == ["first", "a", "b"]  # nothing of the broken write
     assert len(woke) == 3  # the first batch, then a and b on their own
+
+
+def test_heartbeats_arriving_apart_share_a_commit_and_a_waited_on_write_ends_the_wait(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that begins with a heartbeat (``wake`` False) waits ``HEARTBEAT_LINGER_S`` for
+    more; a write someone waits on (``wake`` True) is committed with them at once."""
+    monkeypatch.setattr(group_commit, "HEARTBEAT_LINGER_S", 5.0)  # long: the test is not racy
+    group = GroupCommit(db, ApiError, lambda: None)
+
+    async def apart() -> float:
+        first = asyncio.ensure_future(group.run(insert("beat-1"), wake=False))
+        await asyncio.sleep(0.2)  # spread out, as idle agents' reports are
+        second = asyncio.ensure_future(group.run(insert("beat-2"), wake=False))
+        await asyncio.sleep(0.2)
+        began = time.monotonic()
+        await group.run(insert("submission"))  # ends the wait
+        await asyncio.gather(first, second)
+        return time.monotonic() - began
+
+    try:
+        waited = asyncio.run(apart())
+    finally:
+        group.stop()
+    assert group.batches == 1 and stored(db) == ["beat-1", "beat-2", "submission"]
+    assert waited < 2.5  # not the 5 s linger

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -28,6 +29,10 @@ from shoal.store.db import Database
 T = TypeVar("T")
 log = logging.getLogger("shoal.server")
 MAX_BATCH = 128  # writes in one transaction at most
+# A batch that begins with a heartbeat (``wake`` False: nobody but its agent waits on it, and
+# only for durability) waits this long for more writes to share its commit: idle agents'
+# heartbeats arrive spread out, one commit each otherwise (docs/cluster.md, "Heartbeats").
+HEARTBEAT_LINGER_S = 0.02
 
 # the write, whether its commit wakes the scheduler, and whom to answer
 _Write = tuple[Callable[[Session], Any], bool, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
@@ -80,11 +85,15 @@ class GroupCommit:
             if first is None:
                 return
             batch = [first]
+            until = time.monotonic() + (0.0 if first[1] else HEARTBEAT_LINGER_S)
             while len(batch) < MAX_BATCH:
+                wait = until - time.monotonic()
                 try:
-                    more = self._queue.get_nowait()
+                    more = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
+                if more is not None and more[1]:
+                    until = 0.0  # a write someone waits on: commit what is there now
                 if more is None:
                     self._queue.put(None)  # end after this batch
                     break

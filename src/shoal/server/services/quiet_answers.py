@@ -13,10 +13,12 @@ when that may have happened:
   ``GENERATION_MAX_AGE_S``, so a change written elsewhere is seen that much later at most.
 
 Both are read before the report is evaluated, so a change made during the evaluation makes the
-kept answer stale at once. A kept answer is also dropped after ``MAX_AGE_S`` (columns without
-a change-feed trigger: labels an admin edits). What a hit still does: its heartbeats, when due,
-go through the group commit; a node found lost there (no longer READY) sends the report down the
-write path, as before.
+kept answer stale at once. A kept answer is also dropped after ``MAX_AGE_S``, a safety net for
+columns without a change-feed trigger that another process may write (labels an admin edits
+through another server); every other change moves a counter. (At 30 s it sent one report in
+three of an agent reporting every 10 s back to the store: a third of an idle server's CPU.)
+What a hit still does: its heartbeats, when due, go through the group commit; a node found
+lost there (no longer READY) sends the report down the write path, as before.
 
 An idle agent's orders long poll is the same: it reads the store, finds nothing, and waits for
 news about its nodes (``notify.NodeNews``). Every change that gives a node work sends that news,
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 
 Heartbeats = list[tuple[str, dict[str, Any]]]  # node, usage
 GENERATION_MAX_AGE_S = 0.5
-MAX_AGE_S = 30.0
+MAX_AGE_S = 300.0
 # what differs from one idle report to the next and changes no answer
 _FIGURES: Any = {"nodes": {"__all__": {"usage", "metrics"}}, "running": {"__all__": {"usage"}}}
 
