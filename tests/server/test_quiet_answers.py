@@ -48,18 +48,23 @@ def api(home: Path, ctx: ServerContext) -> Iterator[TestClient]:
         yield client
 
 
+def _count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """One entry per call of ``agents.<name>`` from now on."""
+    calls: list[int] = []
+    original = getattr(agents, name)
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(agents, name, counted)
+    return calls
+
+
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """One entry per quiet report evaluated against the store."""
-    evaluated: list[int] = []
-    quiet_report = agents.quiet_report
-
-    def counted(*args: Any) -> Any:
-        evaluated.append(1)
-        return quiet_report(*args)
-
-    monkeypatch.setattr(agents, "quiet_report", counted)
-    return evaluated
+    return _count_calls(monkeypatch, "quiet_report")
 
 
 def _report(api: TestClient, home: Path, **node: Any) -> dict[str, Any]:
@@ -217,15 +222,7 @@ def test_the_change_feed_going_back_to_an_earlier_value_is_still_a_change(
 @pytest.fixture
 def order_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """One entry per orders poll that read the store."""
-    done: list[int] = []
-    read = agents._orders
-
-    def counted(*args: Any) -> Any:
-        done.append(1)
-        return read(*args)
-
-    monkeypatch.setattr(agents, "_orders", counted)
-    return done
+    return _count_calls(monkeypatch, "_orders")
 
 
 def _poll(api: TestClient, home: Path, known: list[str] | None = None) -> dict[str, Any]:

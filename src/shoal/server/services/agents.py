@@ -90,7 +90,7 @@ async def _answer_quietly(ctx: ServerContext, request: ReportRequest) -> list[st
 
 def _record_and_read(ctx: ServerContext, request: ReportRequest) -> QuietReport | None:
     record_report(ctx, request)  # the nodes' metrics (docs/metrics.md)
-    return quiet_report(ctx, request, ctx.clock())
+    return quiet_report(ctx, request)
 
 
 async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
@@ -104,8 +104,7 @@ async def orders(ctx: ServerContext, request: OrdersRequest) -> OrdersResponse:
         response = OrdersResponse()
     else:
         response = await _read_orders(ctx, request, seen)
-    quiet = not (response.launch or response.kill or response.exec or response.tunnels)
-    waits = quiet and request.wait_s > 0 and not ctx.closing
+    waits = not _has_work(response) and request.wait_s > 0 and not ctx.closing
     # no news by the end of the wait: answered as read (the agent asks again at once, and that
     # poll, with no news since, is answered without a read: ``quiet_polls``)
     if waits and await ctx.agent_work.wait(request.nodes, seen, request.wait_s):
@@ -118,9 +117,12 @@ async def _read_orders(
 ) -> OrdersResponse:
     """``_orders`` in a worker thread; ``seen``: the nodes' news versions taken before it."""
     response = await run_in_threadpool(_orders, ctx, request)
-    anything = bool(response.launch or response.kill or response.exec or response.tunnels)
-    ctx.quiet_polls.found(request, seen, anything)
+    ctx.quiet_polls.found(request, seen, _has_work(response))
     return response
+
+
+def _has_work(response: OrdersResponse) -> bool:
+    return bool(response.launch or response.kill or response.exec or response.tunnels)
 
 
 _ACTIVE_ON_NODES = select(

@@ -69,13 +69,11 @@ class KeptAnswer:
     seen: dict[str, float]  # each node's last_seen as read or written since
     kept_at: float  # monotonic
 
-    def due(
-        self, request: ReportRequest, now: float, every: float
-    ) -> list[tuple[str, dict[str, Any]]]:
+    def due(self, request: ReportRequest, now: float, every: float) -> Heartbeats:
         """The nodes whose heartbeat is due, with their usage (``reports.heartbeats``)."""
         return [(n.name, dict(n.usage)) for n in request.nodes if self.seen[n.name] < now - every]
 
-    def written(self, due: list[tuple[str, dict[str, Any]]], now: float) -> None:
+    def written(self, due: Heartbeats, now: float) -> None:
         for name, _ in due:
             self.seen[name] = now
 

@@ -161,12 +161,11 @@ def _stale_exit(task: Task, epoch: int | None, epochs: dict[str, int]) -> bool:
 
 @dataclass
 class QuietReport:
-    """A report that changes nothing but heartbeats: the attempts to kill, and the nodes whose
-    ``last_seen`` (and usage) are due to be written (``heartbeats``)."""
+    """A report that changes nothing but heartbeats: the attempts to kill, and each node's
+    ``last_seen`` as read (whose heartbeat is due: ``quiet_answers.KeptAnswer.due``)."""
 
     stale: list[str]
-    due: list[tuple[str, dict[str, Any]]]
-    seen: dict[str, float]  # each node's last_seen as read
+    seen: dict[str, float]
 
 
 def heartbeats(due: list[tuple[str, dict[str, Any]]], now: float) -> Callable[[Session], bool]:
@@ -302,15 +301,13 @@ def _load_changing(
     return _Loaded(tasks, list(session.scalars(_JOBS, {"ids": job_ids})))
 
 
-def quiet_report(ctx: ServerContext, request: ReportRequest, now: float) -> QuietReport | None:
+def quiet_report(ctx: ServerContext, request: ReportRequest) -> QuietReport | None:
     """If the report changes nothing but heartbeats (written every few seconds, not on every
-    report), what to answer and which heartbeats to write; else None (``apply_report``)."""
+    report), what to answer; else None (``apply_report``)."""
     if request.exited:
         return None
     if any(is_new(ctx, n.name, n.preemption) for n in request.nodes):
         return None
-    every = ctx.settings.heartbeat_write_s  # so last_seen lags a report by at most this
-    due: list[tuple[str, dict[str, Any]]] = []
     with ctx.db.read() as session:
         if left_the_cluster(session, request):
             return None
@@ -321,8 +318,6 @@ def quiet_report(ctx: ServerContext, request: ReportRequest, now: float) -> Quie
             node = nodes.get(report.name)
             if node is None:
                 return None
-            if node.last_seen < now - every:
-                due.append((node.name, dict(report.usage)))
             if (node.state == Liveness.READY.value) != report.ready:
                 return None
             if node.agent_version != request.agent_version or node.fencing != request.fencing:
@@ -360,7 +355,7 @@ def quiet_report(ctx: ServerContext, request: ReportRequest, now: float) -> Quie
             return None  # a hold to note
     if vanished(named, request, answered):
         return None  # the write path ends them
-    return QuietReport(stale, due, {name: node.last_seen for name, node in nodes.items()})
+    return QuietReport(stale, {name: node.last_seen for name, node in nodes.items()})
 
 
 def _note_running(
